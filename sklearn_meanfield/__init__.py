@@ -1,0 +1,11 @@
+"""Bayesian estimators for scikit-learn built on mean-field methods.
+
+TAP mean-field theory and the Bethe approximation of statistical physics, with
+the Hybrid Monte Carlo and variational (ensemble learning) methods they are
+measured against; every supervised estimator reports a leave-one-out error that
+comes free with its fit.
+"""
+
+__version__ = "0.1.0.dev0"
+
+__all__ = ["__version__"]

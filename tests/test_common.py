@@ -1,0 +1,173 @@
+"""The public contract, run on every estimator the package exports.
+
+Estimators are found by walking ``sklearn_meanfield.__all__``: a new estimator is
+checked as soon as it is exported, without editing this file.  Two tables below
+hold per-estimator choices (small settings that keep the checks fast, and a grid
+of two of the estimator's own parameters); an estimator missing from them gets
+its defaults and a failing grid-search test that asks for an entry.
+"""
+
+import inspect
+
+import numpy as np
+import pytest
+from sklearn.base import BaseEstimator, clone, is_classifier, is_regressor
+from sklearn.datasets import make_classification, make_friedman1
+from sklearn.model_selection import (
+    GridSearchCV,
+    KFold,
+    StratifiedKFold,
+    cross_val_score,
+)
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import sklearn_meanfield
+
+# Small but honest settings (fewer samples, iterations or restarts) so that the
+# ~50 scikit-learn checks per estimator run in seconds.  Keyed by class name.
+FAST_PARAMS = {}
+
+# Two of each estimator's own parameters for the GridSearchCV test.
+PARAM_GRIDS = {}
+
+# scikit-learn checks an estimator is expected to fail, with the reason:
+# {class name: {check name: reason}}.  Every entry needs a written reason.
+EXPECTED_FAILED_CHECKS = {}
+
+
+def public_estimator_classes():
+    """Every estimator class named in ``sklearn_meanfield.__all__``."""
+    classes = []
+    for name in sorted(sklearn_meanfield.__all__):
+        obj = getattr(sklearn_meanfield, name)
+        if inspect.isclass(obj) and issubclass(obj, BaseEstimator):
+            classes.append(obj)
+    return classes
+
+
+def make_instance(cls):
+    return cls(**FAST_PARAMS.get(cls.__name__, {}))
+
+
+ESTIMATORS = [make_instance(cls) for cls in public_estimator_classes()]
+SUPERVISED = [e for e in ESTIMATORS if is_classifier(e) or is_regressor(e)]
+
+
+def _ids(estimator):
+    return type(estimator).__name__
+
+
+def test_exports_are_exactly_the_estimators_and_version():
+    assert isinstance(sklearn_meanfield.__version__, str)
+    for name in sklearn_meanfield.__all__:
+        assert hasattr(sklearn_meanfield, name), name
+        if name != "__version__":
+            obj = getattr(sklearn_meanfield, name)
+            assert inspect.isclass(obj) and issubclass(obj, BaseEstimator), name
+
+
+@parametrize_with_checks(
+    ESTIMATORS,
+    expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS.get(
+        type(est).__name__, {}
+    ),
+)
+def test_sklearn_compatible_estimator(estimator, check):
+    check(estimator)
+
+
+def _data(estimator, n_samples=60, multi_output=False):
+    if is_classifier(estimator):
+        return make_classification(
+            n_samples=n_samples,
+            n_features=4,
+            n_informative=3,
+            n_redundant=0,
+            class_sep=1.5,
+            random_state=0,
+        )
+    X, y = make_friedman1(n_samples=n_samples, n_features=5, noise=0.3, random_state=0)
+    if multi_output:
+        y = np.column_stack([y, np.sin(3 * X[:, 0])])
+    return X, y
+
+
+def _cv(estimator):
+    if is_classifier(estimator):
+        return StratifiedKFold(3, shuffle=True, random_state=0)
+    return KFold(3, shuffle=True, random_state=0)
+
+
+@pytest.mark.parametrize("estimator", SUPERVISED, ids=_ids)
+def test_pipeline_with_scaler(estimator):
+    X, y = _data(estimator)
+    pipe = make_pipeline(StandardScaler(), clone(estimator)).fit(X, y)
+    # The pipeline must give what the estimator gives on pre-scaled data.
+    scaled = StandardScaler().fit_transform(X)
+    direct = clone(estimator).fit(scaled, y)
+    np.testing.assert_allclose(pipe.predict(X), direct.predict(scaled))
+    assert np.isfinite(pipe.score(X, y))
+
+
+@pytest.mark.parametrize("estimator", SUPERVISED, ids=_ids)
+def test_grid_search_parallel_matches_sequential(estimator):
+    name = type(estimator).__name__
+    assert name in PARAM_GRIDS, f"add a two-parameter grid for {name} to PARAM_GRIDS"
+    X, y = _data(estimator)
+    grid = PARAM_GRIDS[name]
+    assert len(grid) == 2
+    searches = [
+        GridSearchCV(clone(estimator), grid, cv=_cv(estimator), n_jobs=n_jobs).fit(X, y)
+        for n_jobs in (1, 2)
+    ]
+    np.testing.assert_allclose(
+        searches[0].cv_results_["mean_test_score"],
+        searches[1].cv_results_["mean_test_score"],
+    )
+    assert searches[1].best_params_ == searches[0].best_params_
+    assert np.all(np.isfinite(searches[1].cv_results_["mean_test_score"]))
+
+
+@pytest.mark.parametrize("estimator", SUPERVISED, ids=_ids)
+def test_cross_val_score_matches_manual_folds(estimator):
+    X, y = _data(estimator)
+    cv = _cv(estimator)
+    scores = cross_val_score(clone(estimator), X, y, cv=cv)
+    manual = [
+        clone(estimator).fit(X[train], y[train]).score(X[test], y[test])
+        for train, test in cv.split(X, y)
+    ]
+    np.testing.assert_allclose(scores, manual)
+
+
+@pytest.mark.parametrize("estimator", SUPERVISED, ids=_ids)
+def test_leave_one_out_attributes(estimator):
+    X, y = _data(estimator)
+    fitted = clone(estimator).fit(X, y)
+    assert isinstance(fitted.loo_error_, float)
+    if is_classifier(fitted):
+        proba = fitted.loo_proba_
+        assert proba.shape == (len(y), len(fitted.classes_))
+        np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+        assert np.all((proba >= 0) & (proba <= 1))
+        # The error is the misclassification rate of the LOO predictive.
+        loo_labels = fitted.classes_[np.argmax(proba, axis=1)]
+        assert fitted.loo_error_ == pytest.approx(np.mean(loo_labels != y))
+    else:
+        prediction = fitted.loo_prediction_
+        assert prediction.shape == y.shape
+        assert fitted.loo_error_ == pytest.approx(np.mean((y - prediction) ** 2))
+
+
+@pytest.mark.parametrize(
+    "estimator", [e for e in SUPERVISED if is_regressor(e)], ids=_ids
+)
+def test_regressor_leave_one_out_multi_output(estimator):
+    X, y = _data(estimator, multi_output=True)
+    fitted = clone(estimator).fit(X, y)
+    assert fitted.loo_prediction_.shape == y.shape
+    assert fitted.predict(X).shape == y.shape
+    expected = np.mean((y - fitted.loo_prediction_) ** 2)
+    assert fitted.loo_error_ == pytest.approx(expected)

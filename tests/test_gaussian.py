@@ -1,0 +1,110 @@
+"""The Gaussian helpers against 50-digit references from mpmath."""
+
+import mpmath
+import numpy as np
+import pytest
+from scipy.special import log_ndtr
+
+from sklearn_meanfield._gaussian import (
+    gauss_hermite_expectation,
+    hermite_rule,
+    log_noisy_step,
+    log_norm_cdf,
+    log_norm_pdf,
+    noisy_step_moments,
+    norm_pdf_cdf_ratio,
+)
+
+mpmath.mp.dps = 50
+Z_GRID = np.concatenate([np.linspace(-40, 40, 161), [-1e-8, 1e-8, -37.5, 8.3]])
+
+
+def _mp_cdf(z):
+    return mpmath.ncdf(mpmath.mpf(z))
+
+
+def _mp_pdf(z):
+    z = mpmath.mpf(z)
+    return mpmath.exp(-z * z / 2) / mpmath.sqrt(2 * mpmath.pi)
+
+
+def _mp_log_cdf(z):
+    # log Phi(z) = log1p(-Phi(-z)) keeps the upper tail's tiny value at 50 digits.
+    z = mpmath.mpf(z)
+    return mpmath.log(_mp_cdf(z)) if z <= 0 else mpmath.log1p(-_mp_cdf(-z))
+
+
+def _relative_error(got, expected):
+    """Relative error, absolute below the normal range of doubles."""
+    expected = float(expected)
+    return abs(got - expected) / max(abs(expected), 1e-290)
+
+
+@pytest.mark.parametrize("z", Z_GRID)
+def test_log_norm_cdf_matches_mpmath(z):
+    got = float(log_norm_cdf(z))
+    assert _relative_error(got, _mp_log_cdf(z)) < 1e-10
+    if z <= 0:
+        assert got == pytest.approx(float(log_ndtr(z)), rel=1e-14)
+
+
+@pytest.mark.parametrize("z", Z_GRID)
+def test_pdf_cdf_ratio_matches_mpmath(z):
+    expected = _mp_pdf(z) / _mp_cdf(z)
+    if float(expected) == 0.0:  # below the smallest double: only check finiteness
+        assert np.isfinite(norm_pdf_cdf_ratio(z))
+        return
+    assert _relative_error(float(norm_pdf_cdf_ratio(z)), expected) < 1e-10
+
+
+def test_pdf_cdf_ratio_tail_asymptotics():
+    # phi/Phi(z) = -z - 1/z + 2/z^3 + O(z^-5) for z -> -inf: no underflow to nan.
+    z = np.array([-1e3, -1e5])
+    got = norm_pdf_cdf_ratio(z)
+    np.testing.assert_allclose(got, -z - 1 / z + 2 / z**3, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kappa", [0.0, 1e-6, 0.05, 0.3])
+@pytest.mark.parametrize("z", [-40.0, -12.0, -3.0, 0.0, 2.5, 9.0, 40.0])
+def test_noisy_step_log_and_score(kappa, z):
+    k = mpmath.mpf(kappa)
+    exact = k + (1 - 2 * k) * _mp_cdf(z)
+    exact_score = (1 - 2 * k) * _mp_pdf(z) / exact
+    log_z, score = noisy_step_moments(z, kappa)
+    exact_log = mpmath.log(exact) if kappa > 0 else _mp_log_cdf(z)
+    assert _relative_error(float(log_z), exact_log) < 1e-10
+    assert float(log_noisy_step(z, kappa)) == float(log_z)
+    if float(exact_score) > 1e-300:
+        assert _relative_error(float(score), exact_score) < 1e-10
+    else:
+        assert 0.0 <= float(score) < 1e-290
+
+
+def test_log_norm_pdf_closed_form():
+    z = np.linspace(-40, 40, 9)
+    expected = [float(mpmath.log(_mp_pdf(v))) for v in z]
+    np.testing.assert_allclose(log_norm_pdf(z), expected, rtol=1e-14)
+
+
+def test_hermite_rule_integrates_normal_moments_exactly():
+    nodes, weights = hermite_rule(20)
+    assert weights.sum() == pytest.approx(1.0, abs=1e-15)
+    # E[Z^(2k)] = (2k - 1)!!
+    for k, double_factorial in enumerate([1, 1, 3, 15, 105, 945]):
+        assert np.sum(weights * nodes ** (2 * k)) == pytest.approx(double_factorial)
+        assert abs(np.sum(weights * nodes ** (2 * k + 1))) < 1e-10
+
+
+def test_gauss_hermite_expectation_broadcasts_and_matches_closed_forms():
+    mean = np.array([[-1.0], [0.5]])
+    std = np.array([0.3, 2.0, 4.0])
+    # E[exp(X)] = exp(m + s^2 / 2): smooth, so 64 nodes give ~ machine accuracy.
+    got = gauss_hermite_expectation(np.exp, mean, std, n_points=64)
+    np.testing.assert_allclose(got, np.exp(mean + std**2 / 2), rtol=1e-10)
+    # E[Phi(X)] = Phi(m / sqrt(1 + s^2)) (the probit integral).
+    got = gauss_hermite_expectation(
+        lambda x: np.exp(log_norm_cdf(x)), mean, std, n_points=80
+    )
+    expected = np.exp(log_norm_cdf(mean / np.sqrt(1 + std**2)))
+    # Phi is not entire in the scaled variable: Gauss-Hermite converges slower.
+    np.testing.assert_allclose(got, expected, atol=1e-5)

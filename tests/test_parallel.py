@@ -1,0 +1,71 @@
+import numpy as np
+import pytest
+from joblib import parallel_config
+
+from sklearn_meanfield._parallel import (
+    draw_seeds,
+    run_parallel,
+    run_restarts,
+    select_best,
+)
+
+
+def _noisy_sum(scale, seed):
+    # A pure, module-level function so process backends can pickle it.
+    rng = np.random.default_rng(seed)
+    return scale * rng.standard_normal(5)
+
+
+def test_draw_seeds_reproducible_and_distinct():
+    a = draw_seeds(0, 50)
+    b = draw_seeds(np.random.RandomState(0), 50)
+    np.testing.assert_array_equal(a, b)
+    assert len(np.unique(a)) == 50
+    assert a.min() >= 0 and a.max() < 2**31 - 1
+
+
+def test_draw_seeds_consumes_the_callers_generator():
+    rng = np.random.RandomState(3)
+    first = draw_seeds(rng, 4)
+    second = draw_seeds(rng, 4)
+    assert not np.array_equal(first, second)
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_run_restarts_independent_of_n_jobs(n_jobs):
+    reference = [_noisy_sum(2.0, int(s)) for s in draw_seeds(7, 6)]
+    results = run_restarts(_noisy_sum, 6, 7, args=(2.0,), n_jobs=n_jobs)
+    assert len(results) == 6
+    for expected, got in zip(reference, results):
+        np.testing.assert_array_equal(expected, got)
+
+
+def test_run_restarts_threading_backend_matches_sequential():
+    sequential = run_restarts(_noisy_sum, 5, 11, kwargs={"scale": 1.0}, n_jobs=1)
+    with parallel_config(backend="threading", n_jobs=2):
+        threaded = run_restarts(_noisy_sum, 5, 11, kwargs={"scale": 1.0})
+    for a, b in zip(sequential, threaded):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_run_restarts_process_backend_matches_sequential():
+    sequential = run_restarts(_noisy_sum, 4, 1, args=(3.0,), n_jobs=1)
+    with parallel_config(backend="loky", n_jobs=2):
+        processes = run_restarts(_noisy_sum, 4, 1, args=(3.0,))
+    for a, b in zip(sequential, processes):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_run_parallel_keeps_task_order():
+    tasks = [(float(k), k) for k in range(6)]
+    results = run_parallel(_noisy_sum, tasks, n_jobs=2)
+    for (scale, seed), got in zip(tasks, results):
+        np.testing.assert_array_equal(got, _noisy_sum(scale, seed))
+
+
+def test_select_best_skips_non_finite_and_breaks_ties_first():
+    results = [{"v": 1.0}, {"v": np.nan}, {"v": 3.0}, {"v": 3.0}, {"v": np.inf}]
+    index, best = select_best(results, key=lambda r: r["v"])
+    assert index == 2 and best is results[2]
+    with pytest.raises(ValueError, match="at least one"):
+        select_best([], key=float)
