@@ -1,0 +1,5 @@
+"""Bethe approximation (belief propagation) for the restricted Boltzmann machine."""
+
+from .rbm import BetheRBM
+
+__all__ = ["BetheRBM"]

@@ -1,0 +1,91 @@
+"""Likelihood gradient steps for the RBM with a Bethe negative phase.
+
+Pure functions on arrays in BernoulliRBM's {0, 1} parametrisation.  The
+positive phase is exact (hidden units are independent given the data); the
+negative phase is read off the Bethe fixed point, reached from the previous
+step's messages in a few sweeps (persistent messages).
+
+References
+----------
+.. [1] H. Huang and T. Toyoizumi, "Advanced mean field theory of the
+   restricted Boltzmann machine", Phys. Rev. E 91, 050101(R) (2015).
+"""
+
+import numpy as np
+from scipy.special import expit
+from sklearn.utils.extmath import safe_sparse_dot
+
+from ._message_passing import bethe_solve
+
+__all__ = ["bethe_training_epoch", "positive_phase"]
+
+
+def positive_phase(X, weights, hidden_bias):
+    """Data averages ``<v>``, ``<h>`` and ``<h v^T>`` with ``h ~ p(h | v)``.
+
+    Parameters
+    ----------
+    X : ndarray or sparse matrix of shape (n_samples, n_visible)
+    weights : ndarray of shape (n_hidden, n_visible)
+    hidden_bias : ndarray of shape (n_hidden,)
+
+    Returns
+    -------
+    mean_visible, mean_hidden, mean_hidden_visible : ndarray
+    """
+    n_samples = X.shape[0]
+    hidden = expit(safe_sparse_dot(X, weights.T, dense_output=True) + hidden_bias)
+    joint = safe_sparse_dot(X.T, hidden, dense_output=True).T / n_samples
+    mean_visible = np.asarray(X.sum(axis=0)).ravel() / n_samples
+    return mean_visible, hidden.mean(axis=0), joint
+
+
+def bethe_training_epoch(
+    X,
+    batch_slices,
+    weights,
+    visible_bias,
+    hidden_bias,
+    messages,
+    *,
+    learning_rate,
+    method,
+    damping,
+    tol,
+    sweeps_per_update,
+):
+    """One pass of minibatch gradient ascent over ``X``, parameters in place.
+
+    For each batch: message passing from the persistent ``messages`` (at most
+    ``sweeps_per_update`` sweeps), then
+    ``W += learning_rate * (<h v^T>_data - <h v^T>_Bethe)`` and likewise for
+    the biases (the gradient of the Bethe approximation of the
+    log-likelihood, eq. (6) of [1]_).
+
+    Returns
+    -------
+    messages : tuple of two ndarrays
+        The messages after the last step.
+    n_unconverged : int
+        Steps whose message passing did not settle within the sweeps allowed.
+    """
+    n_unconverged = 0
+    for batch in batch_slices:
+        solution = bethe_solve(
+            weights,
+            visible_bias,
+            hidden_bias,
+            method=method,
+            messages=messages,
+            damping=damping,
+            tol=tol,
+            max_sweeps=sweeps_per_update,
+            compute_log_z=False,
+        )
+        messages = solution.messages
+        n_unconverged += not solution.converged
+        pos_v, pos_h, pos_joint = positive_phase(X[batch], weights, hidden_bias)
+        weights += learning_rate * (pos_joint - solution.mean_hidden_visible)
+        visible_bias += learning_rate * (pos_v - solution.mean_visible)
+        hidden_bias += learning_rate * (pos_h - solution.mean_hidden)
+    return messages, n_unconverged
