@@ -6,6 +6,11 @@ measured against; every supervised estimator reports a leave-one-out error that
 comes free with its fit.
 """
 
+from .hmc import HMCNetworkRegressor
+
 __version__ = "0.1.0.dev0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "HMCNetworkRegressor",
+    "__version__",
+]

@@ -27,10 +27,21 @@ import sklearn_meanfield
 
 # Small but honest settings (fewer samples, iterations or restarts) so that the
 # ~50 scikit-learn checks per estimator run in seconds.  Keyed by class name.
-FAST_PARAMS = {}
+FAST_PARAMS = {
+    "HMCNetworkRegressor": {
+        "hidden_layer_size": 3,
+        "n_samples": 20,
+        "n_warmup": 20,
+        "n_leapfrog": 10,
+        "n_chains": 2,
+        "random_state": 0,
+    },
+}
 
 # Two of each estimator's own parameters for the GridSearchCV test.
-PARAM_GRIDS = {}
+PARAM_GRIDS = {
+    "HMCNetworkRegressor": {"hidden_layer_size": [2, 4], "ard": [True, False]},
+}
 
 # scikit-learn checks an estimator is expected to fail, with the reason:
 # {class name: {check name: reason}}.  Every entry needs a written reason.

@@ -1,0 +1,206 @@
+"""A batch of HMC chains on the network posterior, with Gibbs hyperparameter steps.
+
+:func:`run_chains` is the unit of parallel work: a pure module-level function
+that advances several chains together as one array (the Python overhead of a
+leapfrog step is then shared) and returns their draws.  Every chain owns its
+random generator, seeded up front, so a chain's draws do not depend on which
+other chains share its batch, hence not on ``n_jobs``.
+"""
+
+import numpy as np
+
+from .._progress import ProgressReporter
+from ._network import (
+    forward,
+    gibbs_precisions,
+    log_posterior_and_grad,
+    prior_precision_vector,
+    step_scales,
+)
+from ._sampler import DualAveraging, hmc_step
+
+__all__ = ["ChainRandom", "run_chains"]
+
+
+class ChainRandom:
+    """Per-chain random generators behind the interface the sampler uses.
+
+    Row ``c`` of every array drawn comes from the generator of chain ``c``.
+
+    Parameters
+    ----------
+    seeds : sequence of int
+    """
+
+    def __init__(self, seeds):
+        self.generators = [np.random.default_rng(int(s)) for s in seeds]
+
+    def standard_normal(self, size):
+        return np.stack([g.standard_normal(size[1:]) for g in self.generators])
+
+    def uniform(self, low=0.0, high=1.0, size=None):
+        size = (len(self.generators),) if size is None else np.atleast_1d(size)
+        size = tuple(int(n) for n in size)
+        return np.stack([g.uniform(low, high, size[1:]) for g in self.generators])
+
+    def gamma(self, shape, size):
+        shape = np.broadcast_to(shape, size)
+        return np.stack(
+            [g.gamma(shape[c], size=size[1:]) for c, g in enumerate(self.generators)]
+        )
+
+
+def run_chains(
+    X,
+    Y,
+    layout,
+    prior,
+    seeds,
+    *,
+    n_samples,
+    n_warmup,
+    n_leapfrog,
+    step_size,
+    persistence,
+    target_accept,
+    chain_ids=None,
+    verbose=0,
+):
+    """Run a batch of chains: warm-up with adaptation, then sampling.
+
+    Warm-up follows Neal's practice: the hyperparameters stay at their prior
+    means (the noise at a low level) for the first fifth of it while the
+    weights find the data, then Gibbs steps for the precisions alternate with
+    HMC trajectories for the weights.  A global step-size multiplier per chain
+    is adapted by dual averaging during warm-up and frozen afterwards; the
+    per-weight step sizes follow the hyperparameters (``step_scales``).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+    Y : ndarray of shape (n_samples, n_outputs)
+        Standardised training data.
+    layout : NetworkLayout
+    prior : HyperPrior
+    seeds : sequence of int
+        One seed per chain.
+    n_samples, n_warmup, n_leapfrog : int
+    step_size : float
+        Initial step-size multiplier.
+    persistence : float in [0, 1)
+    target_accept : float
+    chain_ids : sequence of int or None
+        Used in progress messages.
+    verbose : int
+
+    Returns
+    -------
+    result : dict
+        ``theta`` (n_samples, n_chains, n_params), ``noise_precision``
+        (n_samples, n_chains, n_outputs), ``group_precision`` (n_samples,
+        n_chains, n_groups), ``train_outputs`` (n_samples, n_chains, n_train,
+        n_outputs), ``accept_rate``, ``step_size``, ``n_divergent`` (n_chains,),
+        acceptance and divergences counted after warm-up.
+    """
+    rng = ChainRandom(seeds)
+    n_chains = len(seeds)
+    chain_ids = list(range(n_chains)) if chain_ids is None else list(chain_ids)
+    reporter = ProgressReporter(verbose, f"HMCNetworkRegressor chains {chain_ids}")
+    n_train = X.shape[0]
+    X_sq_sum = np.sum(X**2, axis=0)
+
+    group_precision = np.tile(prior.group_means(layout), (n_chains, 1))
+    # Start with little noise so the weights are pulled towards the data first.
+    noise_precision = np.full((n_chains, layout.n_outputs), 100.0)
+    theta = rng.standard_normal((n_chains, layout.n_params)) / np.sqrt(
+        prior_precision_vector(group_precision, layout)
+    )
+
+    def make_target(noise, groups):
+        precision = prior_precision_vector(groups, layout)
+
+        def target(q):
+            return log_posterior_and_grad(q, X, Y, noise, precision, layout)
+
+        return target
+
+    target = make_target(noise_precision, group_precision)
+    scales = step_scales(group_precision, noise_precision, X_sq_sum, n_train, layout)
+    log_prob, grad = target(theta)
+    log_eta = np.full(n_chains, np.log(step_size))
+    adapter = DualAveraging(log_eta, target=target_accept)
+    n_fixed = n_warmup // 5
+    momentum = None
+
+    P, m, G = layout.n_params, layout.n_outputs, layout.n_groups
+    out = {
+        "theta": np.empty((n_samples, n_chains, P)),
+        "noise_precision": np.empty((n_samples, n_chains, m)),
+        "group_precision": np.empty((n_samples, n_chains, G)),
+        "train_outputs": np.empty((n_samples, n_chains, n_train, m)),
+    }
+    accepted = np.zeros(n_chains)
+    recent = np.zeros(n_chains)
+    n_divergent = np.zeros(n_chains, dtype=int)
+    total = n_warmup + n_samples
+    report_every = max(total // 10, 1)
+    for iteration in range(total):
+        if iteration >= n_fixed:
+            outputs, _ = forward(theta, X, layout)
+            group_precision, noise_precision = gibbs_precisions(
+                theta, Y - outputs, layout, prior, rng
+            )
+            target = make_target(noise_precision, group_precision)
+            scales = step_scales(
+                group_precision, noise_precision, X_sq_sum, n_train, layout
+            )
+            log_prob, grad = target(theta)
+        jitter = rng.uniform(0.9, 1.1, size=(n_chains, 1))
+        eps = np.exp(log_eta)[:, None] * jitter * scales
+        step = hmc_step(
+            theta,
+            log_prob,
+            grad,
+            target,
+            eps,
+            n_leapfrog,
+            rng,
+            momentum=momentum,
+            persistence=persistence,
+        )
+        theta, log_prob, grad, momentum = (
+            step.q,
+            step.log_prob,
+            step.grad,
+            step.momentum,
+        )
+        recent += step.accept_prob
+        if iteration < n_warmup:
+            log_eta = adapter.update(step.accept_prob)
+            if iteration == n_warmup - 1:
+                log_eta = adapter.final()
+        else:
+            s = iteration - n_warmup
+            out["theta"][s] = theta
+            out["noise_precision"][s] = noise_precision
+            out["group_precision"][s] = group_precision
+            out["train_outputs"][s] = forward(theta, X, layout)[0]
+            accepted += step.accepted
+            n_divergent += step.divergent
+        if (iteration + 1) % report_every == 0:
+            reporter(
+                1,
+                "iteration %d/%d (%s), mean acceptance %s, noise sd %s",
+                iteration + 1,
+                total,
+                "warm-up" if iteration < n_warmup else "sampling",
+                np.array2string(recent / report_every, precision=2),
+                np.array2string(
+                    1.0 / np.sqrt(noise_precision.mean(axis=1)), precision=3
+                ),
+            )
+            recent[:] = 0.0
+    out["accept_rate"] = accepted / max(n_samples, 1)
+    out["step_size"] = np.exp(log_eta)
+    out["n_divergent"] = n_divergent
+    return out

@@ -1,0 +1,422 @@
+"""HMCNetworkRegressor: a Bayesian one-hidden-layer network sampled by HMC."""
+
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+from joblib import effective_n_jobs
+from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._loo import psis_loo
+from .._parallel import draw_seeds, run_parallel
+from .._progress import ProgressReporter
+from ._chains import run_chains
+from ._diagnostics import effective_sample_size, split_rhat
+from ._network import HyperPrior, NetworkLayout, forward
+
+__all__ = ["HMCNetworkRegressor"]
+
+# Test rows are pushed through all posterior draws in blocks of this many rows,
+# which bounds the memory of predict at n_draws * block * hidden floats.
+_PREDICT_BLOCK = 256
+
+
+def _run_batch(X, Y, layout, prior, seeds, chain_ids, settings):
+    """Module-level (picklable) unit of parallel work: one batch of chains."""
+    return run_chains(X, Y, layout, prior, seeds, chain_ids=chain_ids, **settings)
+
+
+def _standardize(values):
+    mean = values.mean(axis=0)
+    scale = values.std(axis=0)
+    # Constant columns keep their scale of 1: nothing to learn from them.
+    scale = np.where(scale > 0, scale, 1.0)
+    return mean, scale
+
+
+class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
+    """Bayesian one-hidden-layer tanh network, posterior sampled by Hybrid Monte Carlo.
+
+    The network ``f(x) = tanh(x W1 + b1) W2 + b2`` gets Gaussian priors whose
+    precisions are themselves given Gamma priors: one per input for the
+    input-to-hidden weights (automatic relevance determination), one each for
+    hidden biases, hidden-to-output weights and output biases, and one noise
+    precision per output.  The weights are sampled by Hybrid Monte Carlo with
+    per-weight step sizes set from the hyperparameters, which are updated by
+    Gibbs steps between trajectories (Neal 1993, 1996).  Inputs and targets are
+    standardised internally.  Predictions average the network over the
+    posterior draws of all chains.
+
+    Leave-one-out predictions come from the same draws by Pareto-smoothed
+    importance sampling, with no refitting; ``pareto_k_`` says which of them
+    are reliable (below about 0.7).  Chains run in parallel with ``n_jobs``,
+    several of them advanced together as one array in each worker.
+
+    Parameters
+    ----------
+    hidden_layer_size : int, default=10
+        Number of tanh hidden units.
+    n_samples : int, default=250
+        Draws kept per chain after warm-up (at least 4, for split R-hat).
+    n_warmup : int, default=250
+        Warm-up iterations per chain, discarded.  The hyperparameters are held
+        at their prior means for the first fifth of them, and the step size is
+        adapted throughout, then frozen so the chain is exact.
+    n_leapfrog : int, default=100
+        Leapfrog steps per trajectory.
+    step_size : float, default=0.2
+        Initial global step-size multiplier (Neal's eta); the step of each
+        weight is this times the inverse square root of its estimated
+        curvature.  Adapted by dual averaging during warm-up.
+    persistence : float in [0, 1), default=0.0
+        Momentum persistence ``a`` of the partial refresh
+        ``p <- a p + sqrt(1 - a^2) n`` (0: a full refresh, standard HMC).
+        Rejections negate the momentum so the chain stays exact.
+    target_accept : float in (0, 1), default=0.8
+        Acceptance probability the step size is adapted to.
+    ard : bool, default=True
+        One prior precision per input (automatic relevance determination);
+        otherwise one for all input-to-hidden weights.
+    n_chains : int, default=4
+        Independent chains, run in parallel with ``n_jobs``.
+    n_jobs : int, default=None
+        Parallel workers for the chains; None defers to
+        :func:`joblib.parallel_config`.
+    random_state : int, RandomState instance or None, default=None
+        Seeds of the chains, drawn up front: the same value gives the same
+        model for any ``n_jobs``.
+    verbose : int, default=0
+        Progress per batch of chains (iteration, acceptance, noise sd in
+        standardised units) when >= 1.
+
+    Attributes
+    ----------
+    loo_error_ : float
+        PSIS leave-one-out mean squared error, averaged over outputs.
+    loo_prediction_ : ndarray, shaped like ``y``
+        Leave-one-out predictive means.
+    loo_log_density_ : ndarray of shape (n_samples,)
+        Leave-one-out log predictive density of each training point (of all its
+        outputs jointly).
+    pareto_k_ : ndarray of shape (n_samples,)
+        PSIS shape estimate per training point; above 0.7 the point's
+        leave-one-out estimate is unreliable.
+    acceptance_rate_ : ndarray of shape (n_chains,)
+        Fraction of trajectories accepted after warm-up.
+    step_size_ : ndarray of shape (n_chains,)
+        The adapted step-size multiplier of each chain.
+    n_divergent_ : ndarray of shape (n_chains,)
+        Divergent trajectories after warm-up.
+    rhat_ : float
+        Largest rank-normalised split R-hat over the predictions at the
+        training points and the log precisions.
+    ess_ : float
+        Smallest bulk effective sample size over the same quantities.
+    noise_std_ : ndarray of shape (n_outputs,)
+        Posterior mean noise standard deviation, per output, in target units.
+    parameter_draws_ : ndarray of shape (n_chains * n_samples, n_params)
+        Network weights (for standardised data), all chains.
+    noise_precision_draws_ : ndarray of shape (n_chains * n_samples, n_outputs)
+        Noise precisions (for standardised targets).
+    precision_draws_ : ndarray of shape (n_chains * n_samples, n_groups)
+        Weight-group precisions: one per input (or one) for the input weights,
+        then hidden biases, hidden-to-output weights, output biases.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Defined only when ``X`` has string feature names.
+
+    See Also
+    --------
+    sklearn.neural_network.MLPRegressor : The same network fitted by
+        optimisation, without uncertainty.
+    sklearn.linear_model.BayesianRidge : Bayesian linear regression.
+
+    References
+    ----------
+    Neal, R. M. (1993). Bayesian learning via stochastic dynamics. Advances in
+    Neural Information Processing Systems 5, 475-482.
+
+    Neal, R. M. (1996). Bayesian Learning for Neural Networks. Lecture Notes in
+    Statistics 118, Springer.
+
+    Vehtari, A., Gelman, A. and Gabry, J. (2017). Practical Bayesian model
+    evaluation using leave-one-out cross-validation and WAIC. Statistics and
+    Computing, 27, 1413-1432.
+
+    Vehtari, A., Gelman, A., Simpson, D., Carpenter, B. and Burkner, P.-C.
+    (2021). Rank-normalization, folding, and localization: an improved R-hat
+    for assessing convergence of MCMC. Bayesian Analysis, 16(2), 667-718.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield import HMCNetworkRegressor
+    >>> rng = np.random.RandomState(0)
+    >>> X = rng.uniform(-2, 2, size=(60, 1))
+    >>> y = np.sin(2 * X[:, 0]) + rng.normal(0, 0.1, size=60)
+    >>> model = HMCNetworkRegressor(hidden_layer_size=6, n_samples=60,
+    ...     n_warmup=60, n_leapfrog=20, n_chains=2, random_state=0)
+    >>> mean, std = model.fit(X, y).predict(np.array([[0.5]]), return_std=True)
+    >>> bool(abs(mean[0] - np.sin(1.0)) < 0.2), bool(0.05 < std[0] < 0.3)
+    (True, True)
+    """
+
+    _parameter_constraints: dict = {
+        "hidden_layer_size": [Interval(Integral, 1, None, closed="left")],
+        "n_samples": [Interval(Integral, 4, None, closed="left")],
+        "n_warmup": [Interval(Integral, 0, None, closed="left")],
+        "n_leapfrog": [Interval(Integral, 1, None, closed="left")],
+        "step_size": [Interval(Real, 0, None, closed="neither")],
+        "persistence": [Interval(Real, 0, 1, closed="left")],
+        "target_accept": [Interval(Real, 0, 1, closed="neither")],
+        "ard": ["boolean"],
+        "n_chains": [Interval(Integral, 1, None, closed="left")],
+        "n_jobs": [Integral, None],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(
+        self,
+        hidden_layer_size=10,
+        *,
+        n_samples=250,
+        n_warmup=250,
+        n_leapfrog=100,
+        step_size=0.2,
+        persistence=0.0,
+        target_accept=0.8,
+        ard=True,
+        n_chains=4,
+        n_jobs=None,
+        random_state=None,
+        verbose=0,
+    ):
+        self.hidden_layer_size = hidden_layer_size
+        self.n_samples = n_samples
+        self.n_warmup = n_warmup
+        self.n_leapfrog = n_leapfrog
+        self.step_size = step_size
+        self.persistence = persistence
+        self.target_accept = target_accept
+        self.ard = ard
+        self.n_chains = n_chains
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.single_output = True
+        tags.target_tags.multi_output = True
+        return tags
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Sample the posterior of the network weights given the data.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+
+        Returns
+        -------
+        self : HMCNetworkRegressor
+        """
+        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True)
+        rng = check_random_state(self.random_state)
+        reporter = ProgressReporter(self.verbose, type(self).__name__)
+        Y = y.reshape(len(y), -1).astype(float)
+        self._x_mean, self._x_scale = _standardize(X)
+        self._y_mean, self._y_scale = _standardize(Y)
+        Xs = (X - self._x_mean) / self._x_scale
+        Ys = (Y - self._y_mean) / self._y_scale
+
+        layout = NetworkLayout(X.shape[1], self.hidden_layer_size, Y.shape[1], self.ard)
+        prior = HyperPrior()
+        self._layout = layout
+        seeds = draw_seeds(rng, self.n_chains)
+        # Chains are grouped into one batch per worker; each chain has its own
+        # generator, so the grouping changes speed, not results.
+        n_batches = min(self.n_chains, max(effective_n_jobs(self.n_jobs), 1))
+        batches = np.array_split(np.arange(self.n_chains), n_batches)
+        settings = dict(
+            n_samples=self.n_samples,
+            n_warmup=self.n_warmup,
+            n_leapfrog=self.n_leapfrog,
+            step_size=self.step_size,
+            persistence=self.persistence,
+            target_accept=self.target_accept,
+            verbose=self.verbose,
+        )
+        reporter(1, "%d chains in %d batches", self.n_chains, n_batches)
+        results = run_parallel(
+            _run_batch,
+            [(Xs, Ys, layout, prior, seeds[b], b, settings) for b in batches],
+            n_jobs=self.n_jobs,
+        )
+
+        def joined(key, axis):
+            return np.concatenate([r[key] for r in results], axis=axis)
+
+        # Draws arrive as (n_samples, n_chains, ...): chains are axis 1.
+        theta = joined("theta", 1)
+        noise_precision = joined("noise_precision", 1)
+        group_precision = joined("group_precision", 1)
+        outputs = joined("train_outputs", 1)
+        self.acceptance_rate_ = joined("accept_rate", 0)
+        self.step_size_ = joined("step_size", 0)
+        self.n_divergent_ = joined("n_divergent", 0)
+
+        n_kept, n_chains = theta.shape[:2]
+        self.parameter_draws_ = theta.transpose(1, 0, 2).reshape(n_chains * n_kept, -1)
+        self.noise_precision_draws_ = noise_precision.transpose(1, 0, 2).reshape(
+            n_chains * n_kept, -1
+        )
+        self.precision_draws_ = group_precision.transpose(1, 0, 2).reshape(
+            n_chains * n_kept, -1
+        )
+        self.noise_std_ = self._y_scale * np.mean(
+            1.0 / np.sqrt(self.noise_precision_draws_), axis=0
+        )
+
+        self._diagnose(outputs, noise_precision, group_precision)
+        self._leave_one_out(y, Ys, outputs, noise_precision)
+        reporter(
+            1,
+            "done: acceptance %s, R-hat %.3f, LOO MSE %.4g",
+            np.array2string(self.acceptance_rate_, precision=2),
+            self.rhat_,
+            self.loo_error_,
+        )
+        return self
+
+    def _diagnose(self, outputs, noise_precision, group_precision):
+        n_kept, n_chains = outputs.shape[:2]
+        monitored = np.concatenate(
+            [
+                outputs.reshape(n_kept, n_chains, -1),
+                np.log(noise_precision),
+                np.log(group_precision),
+            ],
+            axis=2,
+        ).transpose(1, 0, 2)
+        self.rhat_ = float(np.max(split_rhat(monitored)))
+        self.ess_ = float(np.min(effective_sample_size(monitored)))
+        if self.rhat_ > 1.05:
+            warnings.warn(
+                f"The {n_chains} chains disagree: largest split R-hat "
+                f"{self.rhat_:.3f} > 1.05 (smallest bulk ESS {self.ess_:.0f}). "
+                "Increase n_samples, n_warmup or n_leapfrog.",
+                ConvergenceWarning,
+            )
+
+    def _leave_one_out(self, y, Ys, outputs, noise_precision):
+        n_kept, n_chains, n_train, n_outputs = outputs.shape
+        # (draw, point): the log likelihood of all outputs of a point jointly,
+        # in standardised units (a constant per point, which PSIS ignores).
+        residual = Ys[None, None] - outputs
+        loglik = 0.5 * np.sum(
+            np.log(noise_precision / (2 * np.pi))[:, :, None, :]
+            - noise_precision[:, :, None, :] * residual**2,
+            axis=3,
+        )
+        # Relative efficiency of the likelihood draws sets the PSIS tail length.
+        lik = np.exp(loglik - loglik.max(axis=(0, 1)))
+        ess = effective_sample_size(lik.transpose(1, 0, 2), method="basic")
+        r_eff = np.clip(ess / (n_kept * n_chains), 1e-3, 1.0)
+        result = psis_loo(
+            loglik.reshape(n_kept * n_chains, n_train),
+            predictions=outputs.reshape(n_kept * n_chains, n_train, n_outputs),
+            r_eff=r_eff,
+        )
+        prediction = result.prediction * self._y_scale + self._y_mean
+        self.loo_prediction_ = prediction.reshape(y.shape)
+        self.loo_error_ = float(np.mean((y - self.loo_prediction_) ** 2))
+        self.loo_log_density_ = result.log_density - np.sum(np.log(self._y_scale))
+        self.pareto_k_ = result.pareto_k
+        n_bad = int(np.sum(self.pareto_k_ > 0.7))
+        if n_bad > max(0.05 * n_train, 1):
+            warnings.warn(
+                f"{n_bad} of {n_train} training points have a Pareto k-hat above "
+                "0.7: their leave-one-out estimates are unreliable. More draws "
+                "(n_samples, n_chains) or a simpler model may help.",
+                ConvergenceWarning,
+            )
+
+    def _draw_outputs(self, X):
+        """Network outputs of every draw, (n_draws, n_rows, n_outputs), target units."""
+        Xs = (X - self._x_mean) / self._x_scale
+        outputs, _ = forward(self.parameter_draws_, Xs, self._layout)
+        return outputs * self._y_scale + self._y_mean
+
+    def predict(self, X, return_std=False):
+        """Posterior predictive mean (and standard deviation, noise included).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        return_std : bool, default=False
+            Also return the predictive standard deviation: the spread of the
+            network over the posterior plus the noise.
+
+        Returns
+        -------
+        y_mean : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+        y_std : ndarray, same shape, only when ``return_std``
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        noise_var = np.mean(1.0 / self.noise_precision_draws_, axis=0) * (
+            self._y_scale**2
+        )
+        means, stds = [], []
+        for start in range(0, X.shape[0], _PREDICT_BLOCK):
+            draws = self._draw_outputs(X[start : start + _PREDICT_BLOCK])
+            means.append(draws.mean(axis=0))
+            if return_std:
+                stds.append(np.sqrt(draws.var(axis=0) + noise_var))
+        mean = np.concatenate(means, axis=0).reshape(X.shape[0], len(self._y_mean))
+        squeeze = self.loo_prediction_.ndim == 1
+        if squeeze:
+            mean = mean[:, 0]
+        if not return_std:
+            return mean
+        std = np.concatenate(stds, axis=0).reshape(X.shape[0], len(self._y_mean))
+        return mean, std[:, 0] if squeeze else std
+
+    def sample_y(self, X, n_samples=1, random_state=None):
+        """Draw targets from the posterior predictive distribution.
+
+        Each sample takes a posterior draw of the weights and noise at random
+        and adds Gaussian noise to the network output.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+        random_state : int, RandomState instance or None, default=None
+
+        Returns
+        -------
+        y_samples : ndarray of shape (n_samples_X, n_samples) or \
+                (n_samples_X, n_outputs, n_samples)
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        rng = check_random_state(random_state)
+        index = rng.randint(len(self.parameter_draws_), size=int(n_samples))
+        Xs = (X - self._x_mean) / self._x_scale
+        outputs, _ = forward(self.parameter_draws_[index], Xs, self._layout)
+        noise_sd = 1.0 / np.sqrt(self.noise_precision_draws_[index])
+        samples = outputs + noise_sd[:, None, :] * rng.standard_normal(outputs.shape)
+        samples = samples * self._y_scale + self._y_mean  # (n_samples, n_X, m)
+        samples = samples.transpose(1, 2, 0)
+        if self.loo_prediction_.ndim == 1:
+            return samples[:, 0, :]
+        return samples

@@ -1,0 +1,89 @@
+"""Split R-hat and effective sample size against processes of known behaviour."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from sklearn_meanfield.hmc._diagnostics import (
+    effective_sample_size,
+    rank_normalize,
+    split_rhat,
+)
+
+
+def ar1(rho, n_chains, n_draws, n_quantities=1, seed=0):
+    """Stationary Gaussian AR(1) chains with unit marginal variance."""
+    rng = np.random.RandomState(seed)
+    x = np.empty((n_chains, n_draws, n_quantities))
+    x[:, 0] = rng.normal(size=(n_chains, n_quantities))
+    innovation = np.sqrt(1 - rho**2)
+    for t in range(1, n_draws):
+        x[:, t] = rho * x[:, t - 1] + innovation * rng.normal(
+            size=(n_chains, n_quantities)
+        )
+    return x
+
+
+def test_iid_draws_have_rhat_one_and_full_ess():
+    draws = np.random.RandomState(0).normal(size=(4, 2000, 3))
+    assert np.all(np.abs(split_rhat(draws) - 1) < 0.01)
+    # The ESS estimate of 8000 iid draws has a sd of a few percent.
+    np.testing.assert_allclose(effective_sample_size(draws), 8000, rtol=0.1)
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.9])
+def test_ess_of_ar1_matches_closed_form(rho):
+    # For AR(1), tau = (1 + rho) / (1 - rho); the rank transform of a Gaussian
+    # process barely changes it.
+    draws = ar1(rho, 4, 5000, n_quantities=4)
+    expected = 20000 * (1 - rho) / (1 + rho)
+    for method in ("bulk", "basic"):
+        ess = effective_sample_size(draws, method=method)
+        np.testing.assert_allclose(ess, expected, rtol=0.15)
+
+
+def test_rhat_detects_chains_with_different_locations():
+    # Two of the 8 half-chains 2 sd away: the Gaussian-theory value is
+    # sqrt(1 + (8/7) (1/4)(3/4) 2^2) = 1.36; ranks compress it a little.
+    draws = ar1(0.5, 4, 1000)
+    draws[0] += 2.0
+    assert split_rhat(draws)[0] > 1.2
+
+
+def test_rhat_detects_drift_within_a_chain():
+    # One chain that drifts: the split halves disagree even though every chain
+    # has the same overall mean.
+    draws = ar1(0.3, 2, 1000)
+    draws[:, :, 0] += np.linspace(-1, 1, 1000)
+    assert split_rhat(draws)[0] > 1.1
+
+
+def test_folded_rhat_detects_different_scales():
+    # Same location, one chain 3 times wider: only the folded (tail) part of
+    # the rank-normalised R-hat can see it.
+    draws = np.random.RandomState(1).normal(size=(4, 1000, 1))
+    draws[0] *= 3.0
+    assert split_rhat(draws)[0] > 1.05
+
+
+def test_rank_normalisation_makes_rhat_invariant_to_monotone_maps():
+    draws = ar1(0.5, 4, 500, seed=2)
+    draws[1] += 0.3
+    np.testing.assert_allclose(split_rhat(np.exp(3 * draws)), split_rhat(draws))
+    # Heavy tails do not break it: Cauchy chains still get R-hat near 1.
+    cauchy = stats.cauchy.rvs(size=(4, 2000, 1), random_state=3)
+    assert split_rhat(cauchy)[0] < 1.01
+
+
+def test_rank_normalize_gives_normal_scores():
+    z = rank_normalize(np.random.RandomState(4).exponential(size=(2, 5000, 1)))
+    assert abs(z.mean()) < 1e-12
+    assert z.std() == pytest.approx(1.0, abs=0.01)
+
+
+def test_constant_draws_do_not_produce_nan():
+    draws = np.ones((3, 50, 2))
+    draws[:, :, 1] = np.arange(3)[:, None]  # constant but different per chain
+    rhat = split_rhat(draws)
+    assert rhat[0] == pytest.approx(1.0) and rhat[1] > 1.05
+    assert np.all(np.isfinite(effective_sample_size(draws[:, :, :1])))

@@ -1,0 +1,132 @@
+"""The network posterior, its gradient, the Gibbs steps and the step sizes."""
+
+import numpy as np
+import pytest
+
+from sklearn_meanfield.hmc._chains import ChainRandom
+from sklearn_meanfield.hmc._network import (
+    HyperPrior,
+    NetworkLayout,
+    forward,
+    gibbs_precisions,
+    log_posterior_and_grad,
+    prior_precision_vector,
+    step_scales,
+)
+
+
+def _problem(ard=True, n_outputs=2, n_chains=3, seed=0):
+    rng = np.random.RandomState(seed)
+    layout = NetworkLayout(4, 5, n_outputs, ard)
+    X = rng.normal(size=(30, 4))
+    Y = rng.normal(size=(30, n_outputs))
+    theta = rng.normal(size=(n_chains, layout.n_params))
+    noise = rng.gamma(2.0, 1.0, size=(n_chains, n_outputs))
+    groups = rng.gamma(2.0, 1.0, size=(n_chains, layout.n_groups))
+    return layout, X, Y, theta, noise, prior_precision_vector(groups, layout)
+
+
+def _naive_log_posterior(theta, X, Y, noise, precision, layout):
+    """Per-sample loops and np.tanh: an independent reference for one chain."""
+    d, h, m = layout.n_features, layout.n_hidden, layout.n_outputs
+    w1 = theta[: d * h].reshape(d, h)
+    b1 = theta[d * h : d * h + h]
+    w2 = theta[d * h + h : d * h + h + h * m].reshape(h, m)
+    b2 = theta[d * h + h + h * m :]
+    total = 0.0
+    for x, y in zip(X, Y):
+        f = np.tanh(x @ w1 + b1) @ w2 + b2
+        total -= 0.5 * np.sum(noise * (y - f) ** 2)
+    return total - 0.5 * np.sum(precision * theta**2)
+
+
+@pytest.mark.parametrize("ard,n_outputs", [(True, 2), (False, 1)])
+def test_log_posterior_matches_naive_loop(ard, n_outputs):
+    layout, X, Y, theta, noise, precision = _problem(ard, n_outputs)
+    log_prob, _ = log_posterior_and_grad(theta, X, Y, noise, precision, layout)
+    for c in range(theta.shape[0]):
+        expected = _naive_log_posterior(theta[c], X, Y, noise[c], precision[c], layout)
+        assert log_prob[c] == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("ard,n_outputs", [(True, 2), (False, 1)])
+def test_gradient_matches_finite_differences(ard, n_outputs):
+    layout, X, Y, theta, noise, precision = _problem(ard, n_outputs)
+    _, grad = log_posterior_and_grad(theta, X, Y, noise, precision, layout)
+    h = 1e-6
+    numeric = np.empty_like(theta)
+    for j in range(layout.n_params):
+        shift = np.zeros(layout.n_params)
+        shift[j] = h
+        up, _ = log_posterior_and_grad(theta + shift, X, Y, noise, precision, layout)
+        down, _ = log_posterior_and_grad(theta - shift, X, Y, noise, precision, layout)
+        numeric[:, j] = (up - down) / (2 * h)
+    np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-5)
+
+
+def test_forward_matches_tanh_network():
+    layout, X, _, theta, _, _ = _problem()
+    outputs, hidden = forward(theta, X, layout)
+    w1, b1, w2, b2 = layout.unpack(theta)
+    np.testing.assert_allclose(hidden[1], np.tanh(X @ w1[1] + b1[1]), atol=1e-15)
+    np.testing.assert_allclose(outputs[1], hidden[1] @ w2[1] + b2[1], atol=1e-12)
+    # Extreme pre-activations saturate without overflow warnings.
+    big = theta * 1e6
+    assert np.all(np.isfinite(forward(big, X, layout)[0]))
+
+
+def test_gibbs_draws_follow_gamma_conditionals():
+    layout = NetworkLayout(3, 4, 2, ard=True)
+    prior = HyperPrior()
+    rng = np.random.RandomState(1)
+    theta = np.tile(rng.normal(size=layout.n_params), (5000, 1))
+    residual = np.tile(rng.normal(0, 0.3, size=(1, 25, 2)), (5000, 1, 1))
+    groups, noise = gibbs_precisions(
+        theta, residual, layout, prior, ChainRandom(range(5000))
+    )
+    # Conditional Gamma(shape (a + n)/2, rate (a/w + sum z^2)/2): mean shape/rate.
+    index = layout.group_index()
+    for g, (n, w) in enumerate(zip(layout.group_sizes(), prior.group_means(layout))):
+        z2 = np.sum(theta[0, index == g] ** 2)
+        shape, rate = 0.5 * (prior.a_weights + n), 0.5 * (prior.a_weights / w + z2)
+        assert groups[:, g].mean() == pytest.approx(shape / rate, rel=0.05)
+        assert groups[:, g].var() == pytest.approx(shape / rate**2, rel=0.15)
+    for k in range(2):
+        shape = 0.5 * (prior.a_noise + 25)
+        rate = 0.5 * (prior.a_noise / prior.w_noise + np.sum(residual[0, :, k] ** 2))
+        assert noise[:, k].mean() == pytest.approx(shape / rate, rel=0.05)
+
+
+def test_group_index_covers_every_parameter_once():
+    layout = NetworkLayout(3, 4, 2, ard=True)
+    index = layout.group_index()
+    assert index.shape == (layout.n_params,)
+    # 3 inputs x 4 hidden, then 4 hidden biases, 8 output weights, 2 biases.
+    np.testing.assert_array_equal(layout.group_sizes(), [4, 4, 4, 4, 8, 2])
+    np.testing.assert_array_equal(
+        NetworkLayout(3, 4, 2, ard=False).group_sizes(), [12, 4, 8, 2]
+    )
+
+
+def test_output_layer_step_scales_bound_the_true_curvature():
+    # The curvature of -log p in an output weight is its prior precision plus
+    # the noise precision times sum_i z_ih^2 <= n: the scales use the bound,
+    # which is exact for the output biases.
+    layout, X, Y, theta, noise, _ = _problem(n_chains=2)
+    groups = np.random.RandomState(2).gamma(2.0, 1.0, size=(2, layout.n_groups))
+    precision = prior_precision_vector(groups, layout)
+    scales = step_scales(groups, noise, np.sum(X**2, axis=0), X.shape[0], layout)
+    start = layout.n_params - layout.n_hidden * layout.n_outputs - layout.n_outputs
+    h = 1e-4
+    for j in range(start, layout.n_params):
+        shift = np.zeros(layout.n_params)
+        shift[j] = h
+        values = [
+            log_posterior_and_grad(theta + s, X, Y, noise, precision, layout)[0]
+            for s in (shift, 0 * shift, -shift)
+        ]
+        curvature = -(values[0] - 2 * values[1] + values[2]) / h**2
+        bound = scales[:, j] ** -2
+        assert np.all(curvature <= bound * (1 + 1e-6))
+        if j >= layout.n_params - layout.n_outputs:  # output biases: exact
+            np.testing.assert_allclose(curvature, bound, rtol=1e-5)
