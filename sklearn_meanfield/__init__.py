@@ -6,11 +6,13 @@ measured against; every supervised estimator reports a leave-one-out error that
 comes free with its fit.
 """
 
+from .bethe import BetheRBM
 from .hmc import HMCNetworkRegressor
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "BetheRBM",
     "HMCNetworkRegressor",
     "__version__",
 ]

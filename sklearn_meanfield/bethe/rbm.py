@@ -35,11 +35,12 @@ def _check_unit_interval(X, name="X"):
         return
     low, high = float(np.min(values)), float(np.max(values))
     if low < 0.0 or high > 1.0:
+        what = "Negative values in data" if low < 0.0 else "Values above 1 in data"
         raise ValueError(
-            f"BetheRBM models binary units: {name} must have values in [0, 1] "
-            f"(binary data or probabilities), got values in [{low:.4g}, {high:.4g}]. "
-            "Binarise the data or rescale it, e.g. with "
-            "sklearn.preprocessing.MinMaxScaler."
+            f"{what} passed to BetheRBM: {name} must have values in [0, 1] "
+            f"(binary units or their probabilities), got values in "
+            f"[{low:.4g}, {high:.4g}]. Binarise the data or rescale it, e.g. "
+            "with sklearn.preprocessing.MinMaxScaler."
         )
 
 
