@@ -86,7 +86,12 @@ def _log2cosh(x):
 def _cavity_bias(field, coupling):
     """``[lncosh(field + J) - lncosh(field - J)] / 2``: the message a unit with
     cavity field ``field`` sends through coupling ``J`` (eq. 3b)."""
-    return 0.5 * (_log2cosh(field + coupling) - _log2cosh(field - coupling))
+    # log 2cosh(x) = |x| + log1p(exp(-2|x|)): one exp per term, never overflows.
+    plus = np.abs(field + coupling)
+    minus = np.abs(field - coupling)
+    return 0.5 * (
+        plus - minus + np.log1p(np.exp(-2.0 * plus)) - np.log1p(np.exp(-2.0 * minus))
+    )
 
 
 def to_spin(weights, visible_bias, hidden_bias):
