@@ -1,0 +1,192 @@
+"""HMCNetworkRegressor against the truth of generated data and brute-force refits."""
+
+import warnings
+
+import numpy as np
+import pytest
+from joblib import parallel_config
+from sklearn.exceptions import ConvergenceWarning
+
+from sklearn_meanfield import HMCNetworkRegressor
+
+# Fits in this file are short on purpose; their R-hat is often above 1.05 (the
+# hyperparameters mix slowly), which the estimator rightly reports.
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
+NOISE = 0.1
+
+
+def truth(x):
+    return np.sin(2 * x) + 0.3 * x
+
+
+def one_dimensional(n, seed):
+    rng = np.random.RandomState(seed)
+    X = rng.uniform(-2, 2, size=(n, 1))
+    return X, truth(X[:, 0]) + rng.normal(0, NOISE, size=n)
+
+
+@pytest.fixture(scope="module")
+def fitted_1d():
+    X, y = one_dimensional(100, seed=0)
+    model = HMCNetworkRegressor(
+        hidden_layer_size=10,
+        n_samples=150,
+        n_warmup=150,
+        n_leapfrog=50,
+        n_chains=4,
+        n_jobs=1,
+        random_state=0,
+    )
+    return model.fit(X, y)
+
+
+def test_one_dimensional_regression_against_truth(fitted_1d):
+    grid = np.linspace(-2, 2, 201)[:, None]
+    mean, std = fitted_1d.predict(grid, return_std=True)
+    # Within 2 noise sd of the true function across the data range.
+    assert np.max(np.abs(mean - truth(grid[:, 0]))) < 2 * NOISE
+    # The predictive sd (noise included) is about the noise inside the data
+    # and grows outside it, where the network is unconstrained.
+    assert np.median(std) == pytest.approx(NOISE, rel=0.3)
+    _, outside = fitted_1d.predict(np.array([[-3.5], [3.5]]), return_std=True)
+    assert np.all(outside > 2 * np.median(std))
+    # Held-out error is the noise variance plus a small approximation error.
+    X_test, y_test = one_dimensional(4000, seed=1)
+    mse = np.mean((fitted_1d.predict(X_test) - y_test) ** 2)
+    assert mse == pytest.approx(NOISE**2, rel=0.2)
+    assert fitted_1d.noise_std_[0] == pytest.approx(NOISE, rel=0.2)
+    # The PSIS leave-one-out error estimates the held-out error.
+    assert fitted_1d.loo_error_ == pytest.approx(mse, rel=0.25)
+    assert np.all(fitted_1d.pareto_k_ < 0.7)
+    assert np.all(fitted_1d.acceptance_rate_ > 0.5)
+
+
+def test_sample_y_matches_predictive_moments(fitted_1d):
+    X = np.array([[-1.0], [0.3], [3.0]])
+    mean, std = fitted_1d.predict(X, return_std=True)
+    samples = fitted_1d.sample_y(X, n_samples=6000, random_state=0)
+    assert samples.shape == (3, 6000)
+    # MC sd of the sample mean is std / sqrt(6000) = 0.013 std.
+    np.testing.assert_allclose(samples.mean(axis=1), mean, atol=0.06 * std.max())
+    np.testing.assert_allclose(samples.std(axis=1), std, rtol=0.06)
+    again = fitted_1d.sample_y(X, n_samples=6000, random_state=0)
+    np.testing.assert_array_equal(again, samples)
+
+
+def test_multi_output_noise_levels_and_shapes():
+    rng = np.random.RandomState(2)
+    X = rng.uniform(-2, 2, size=(150, 2))
+    f = np.column_stack([np.sin(2 * X[:, 0]), X[:, 0] * X[:, 1]])
+    Y = f + rng.normal(size=(150, 2)) * np.array([0.1, 0.3])
+    model = HMCNetworkRegressor(
+        hidden_layer_size=8,
+        n_samples=100,
+        n_warmup=100,
+        n_leapfrog=40,
+        n_chains=2,
+        n_jobs=1,
+        random_state=0,
+    ).fit(X, Y)
+    np.testing.assert_allclose(model.noise_std_, [0.1, 0.3], rtol=0.2)
+    mean, std = model.predict(X[:5], return_std=True)
+    assert mean.shape == std.shape == (5, 2)
+    assert model.loo_prediction_.shape == (150, 2)
+    assert model.sample_y(X[:5], n_samples=3).shape == (5, 2, 3)
+    assert np.all(std[:, 1] > std[:, 0])
+
+
+def test_chains_do_not_depend_on_n_jobs():
+    X, y = one_dimensional(40, seed=3)
+    params = dict(
+        hidden_layer_size=3, n_samples=10, n_warmup=10, n_leapfrog=5, n_chains=3
+    )
+    fits = [HMCNetworkRegressor(n_jobs=1, random_state=7, **params).fit(X, y)]
+    # Two workers means two batches of chains; threads keep the test light.
+    with parallel_config(backend="threading"):
+        fits.append(HMCNetworkRegressor(n_jobs=2, random_state=7, **params).fit(X, y))
+    np.testing.assert_array_equal(fits[0].parameter_draws_, fits[1].parameter_draws_)
+    np.testing.assert_array_equal(fits[0].loo_prediction_, fits[1].loo_prediction_)
+
+
+def test_automatic_relevance_determination_finds_irrelevant_inputs():
+    rng = np.random.RandomState(4)
+    X = rng.normal(size=(120, 3))
+    y = np.tanh(1.5 * X[:, 0]) + rng.normal(0, 0.1, size=120)
+    model = HMCNetworkRegressor(
+        hidden_layer_size=5,
+        n_samples=100,
+        n_warmup=100,
+        n_leapfrog=30,
+        n_chains=2,
+        n_jobs=1,
+        random_state=0,
+    ).fit(X, y)
+    # Posterior median precision of each input's weights (first 3 groups):
+    # the two inputs that carry nothing are shrunk far harder.
+    precision = np.median(model.precision_draws_[:, :3], axis=0)
+    assert precision[1] > 10 * precision[0] and precision[2] > 10 * precision[0]
+
+
+def test_short_run_warns_about_convergence():
+    X, y = one_dimensional(30, seed=5)
+    model = HMCNetworkRegressor(
+        hidden_layer_size=3, n_samples=4, n_warmup=2, n_leapfrog=2, n_chains=2
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.set_params(random_state=0).fit(X, y)
+    messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
+    assert any("R-hat" in m for m in messages)
+    # 8 draws leave no tail to fit: every k-hat is unusable.
+    assert any("k-hat" in m for m in messages)
+    assert np.all(np.isfinite(model.predict(X)))
+    assert np.isfinite(model.loo_error_)
+
+
+def test_verbose_reports_chain_progress(capsys):
+    X, y = one_dimensional(30, seed=6)
+    HMCNetworkRegressor(
+        hidden_layer_size=3,
+        n_samples=10,
+        n_warmup=10,
+        n_leapfrog=3,
+        n_chains=2,
+        n_jobs=1,
+        verbose=1,
+        random_state=0,
+    ).fit(X, y)
+    out = capsys.readouterr().out
+    assert "iteration 20/20 (sampling)" in out
+    assert "acceptance" in out and "noise sd" in out and "R-hat" in out
+
+
+@pytest.mark.slow
+def test_loo_error_matches_brute_force_refits():
+    # Leave each point out, refit, predict it: the reference PSIS-LOO saves.
+    X, y = one_dimensional(30, seed=7)
+    params = dict(
+        hidden_layer_size=6,
+        n_samples=250,
+        n_warmup=150,
+        n_leapfrog=30,
+        n_chains=4,
+        n_jobs=2,
+        random_state=0,
+    )
+    model = HMCNetworkRegressor(**params).fit(X, y)
+    brute = np.empty(len(y))
+    log_density = np.empty(len(y))
+    for i in range(len(y)):
+        keep = np.arange(len(y)) != i
+        refit = HMCNetworkRegressor(**params).fit(X[keep], y[keep])
+        mean, std = refit.predict(X[i : i + 1], return_std=True)
+        brute[i] = mean[0]
+        # Log predictive density of the mixture over draws.
+        draws = refit._draw_outputs(X[i : i + 1])[:, 0, 0]
+        sd = refit._y_scale[0] / np.sqrt(refit.noise_precision_draws_[:, 0])
+        log_p = -0.5 * ((y[i] - draws) / sd) ** 2 - np.log(sd * np.sqrt(2 * np.pi))
+        log_density[i] = np.log(np.mean(np.exp(log_p)))
+    brute_mse = np.mean((y - brute) ** 2)
+    assert model.loo_error_ == pytest.approx(brute_mse, rel=0.15)
+    assert model.loo_log_density_.sum() == pytest.approx(log_density.sum(), abs=3.0)
