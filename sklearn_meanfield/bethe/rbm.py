@@ -88,7 +88,7 @@ class BetheRBM(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         Most message-passing sweeps run (from the previous messages) before
         each gradient step; fewer sweeps are faster but give a staler negative
         phase.
-    tol : float, default=1e-5
+    tol : float, default=1e-7
         Message passing stops when no message changes by more than ``tol``.
     max_sweeps : int, default=1000
         Most sweeps of a full solve (end of fit, :meth:`log_partition_function`,
@@ -176,7 +176,7 @@ class BetheRBM(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         method="bipartite",
         damping=0.0,
         sweeps_per_update=10,
-        tol=1e-5,
+        tol=1e-7,
         max_sweeps=1000,
     ):
         self.n_components = n_components
