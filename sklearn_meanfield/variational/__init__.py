@@ -1,0 +1,5 @@
+"""Ensemble learning (Gaussian variational Bayes) for erf networks."""
+
+from .regressor import EnsembleLearningRegressor
+
+__all__ = ["EnsembleLearningRegressor"]

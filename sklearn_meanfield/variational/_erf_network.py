@@ -1,0 +1,694 @@
+"""Closed-form ensemble learning for the two-layer erf network.
+
+The network is ``f_m(x, w) = sum_i v_im g(u_i . x~)`` with
+``g(a) = erf(a / sqrt 2) = 2 Phi(a) - 1`` and ``x~ = (x, 1)`` (hidden biases).
+The posterior approximation is ``Q(w) = N(wbar, C)`` with
+``C = diag(d**2) + F F^T``: ``F`` lower triangular and ``d = 0`` for a full
+covariance, ``F`` of rank ``r`` for diagonal-plus-low-rank, no ``F`` for a
+diagonal covariance.
+
+Every expectation the bound needs is exact (Barber & Bishop 1998, section 2):
+for one data point the activations ``a_i`` and the output weights ``v_k`` are
+jointly Gaussian, Stein's lemma moves the ``v``'s out of the expectation, and
+what is left are the "jets" ``E[g^(p)(a_1) g^(q)(a_2)]`` of a bivariate
+Gaussian.  These have closed forms: Owen's T for ``p = q = 0`` (the bivariate
+normal CDF), Gaussian densities times Hermite moments otherwise.  Derivatives
+of an expectation with respect to the Gaussian's mean and covariance are again
+jets (Bonnet's and Price's theorems), so the gradient of the bound is exact too
+and costs one jet of order 4.
+
+All functions are pure and vectorised over data points and hidden-unit pairs.
+
+References
+----------
+Barber, D. and Bishop, C. M. (1998). Ensemble learning for multi-layer
+networks. Advances in Neural Information Processing Systems 10, 395-401.
+"""
+
+import numpy as np
+from scipy.special import erf, ndtr, owens_t
+
+__all__ = [
+    "erf_moments",
+    "erf_pair_moments",
+    "bvn_cdf",
+    "NetworkShape",
+    "unpack",
+    "init_params",
+    "output_moments",
+    "negative_bound",
+    "joint_negative_bound",
+    "reestimate",
+    "weight_groups",
+]
+
+_LOG_2PI = np.log(2.0 * np.pi)
+_SQRT2 = np.sqrt(2.0)
+
+
+def _norm_density(x, var):
+    """Density of ``N(0, var)`` at ``x``."""
+    return np.exp(-0.5 * x * x / var) / np.sqrt(2.0 * np.pi * var)
+
+
+def _hermite_moment(degree, mu, var):
+    """``E[He_degree(X)]`` for ``X ~ N(mu, var)``, probabilists' Hermite."""
+    if degree == 0:
+        return np.ones_like(mu)
+    if degree == 1:
+        return mu
+    if degree == 2:
+        return mu * mu + var - 1.0
+    if degree == 3:
+        return mu * (mu * mu + 3.0 * var - 3.0)
+    raise ValueError("degree must be at most 3")
+
+
+def erf_moments(mean, var, order=3):
+    """``E[g^(k)(a)]`` for ``a ~ N(mean, var)``, ``g(a) = erf(a / sqrt 2)``.
+
+    ``g' = 2 phi`` and ``g^(k) = 2 (-1)^(k-1) He_(k-1) phi``; multiplying the
+    Gaussian density by ``phi(a)`` gives ``N(mean; 0, 1 + var)`` times a
+    Gaussian with mean ``mean / (1 + var)`` and variance ``var / (1 + var)``.
+
+    Parameters
+    ----------
+    mean, var : array-like
+        Mean and variance (broadcastable; ``var >= 0``).
+    order : int, default=3
+        Highest derivative, at most 4.
+
+    Returns
+    -------
+    moments : ndarray of shape (order + 1,) + broadcast shape
+        ``moments[k] = E[g^(k)(a)]``.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield.variational._erf_network import erf_moments
+    >>> float(erf_moments(0.0, 1.0)[1]) == float(2 / (2 * 3.141592653589793) ** 0.5
+    ...     / 2 ** 0.5)
+    True
+    """
+    mean, var = np.broadcast_arrays(
+        np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
+    )
+    out = np.empty((order + 1,) + mean.shape)
+    total = 1.0 + var
+    out[0] = erf(mean / np.sqrt(2.0 * total))
+    if order >= 1:
+        scale = 2.0 * _norm_density(mean, total)
+        mu = mean / total
+        tilted_var = var / total
+        for k in range(1, order + 1):
+            sign = 1.0 if k % 2 == 1 else -1.0
+            out[k] = sign * scale * _hermite_moment(k - 1, mu, tilted_var)
+    return out
+
+
+def bvn_cdf(h, k, rho):
+    """Standard bivariate normal CDF ``P(X <= h, Y <= k)``, correlation ``rho``.
+
+    Owen's (1956) formula through ``scipy.special.owens_t``, vectorised.
+    Exact zeros of ``h`` or ``k`` are moved to ``1e-30``; the CDF is continuous
+    so this changes the result by ~1e-31.
+
+    Parameters
+    ----------
+    h, k, rho : array-like
+        Broadcastable; ``|rho| < 1``.
+
+    Returns
+    -------
+    ndarray
+    """
+    h, k, rho = np.broadcast_arrays(
+        np.asarray(h, dtype=float),
+        np.asarray(k, dtype=float),
+        np.asarray(rho, dtype=float),
+    )
+    rho = np.clip(rho, -1.0 + 1e-15, 1.0 - 1e-15)
+    h = np.where(h == 0.0, 1e-30, h)
+    k = np.where(k == 0.0, 1e-30, k)
+    root = np.sqrt((1.0 - rho) * (1.0 + rho))
+    with np.errstate(over="ignore"):
+        a_h = (k - rho * h) / (h * root)
+        a_k = (h - rho * k) / (k * root)
+    beta = np.where(h * k > 0.0, 0.0, 0.5)
+    # owens_t handles infinite slopes: T(h, +-inf) = +-Phi(-|h|) / 2.
+    return (0.5 * (ndtr(h) + ndtr(k)) - owens_t(h, a_h) - owens_t(k, a_k) - beta).clip(
+        0.0, 1.0
+    )
+
+
+def _moments_against_g(m1, m2, s11, s12, s22, max_p):
+    """``E[g^(p)(a1) g(a2)]`` for ``p = 1..max_p``.
+
+    Multiplying by ``phi(a1)`` conditions on a noisy observation ``0 = a1 + e``;
+    under that tilted Gaussian, ``E[a1^k g^(j)(a2)]`` follows from Stein's lemma
+    ``E[a1 F] = mu1 E[F] + S11 E[d1 F] + S12 E[d2 F]``.
+    """
+    v1 = 1.0 + s11
+    scale = 2.0 * _norm_density(m1, v1)
+    mu1 = m1 / v1
+    mu2 = m2 - s12 * m1 / v1
+    t11 = s11 / v1
+    t12 = s12 / v1
+    t22 = np.maximum(s22 - s12 * s12 / v1, 0.0)
+    n_k = max_p  # powers of a1 needed: 0..max_p-1
+    univariate = erf_moments(mu2, t22, order=max_p - 1)
+    # K[k][j] = E[a1^k g^(j)(a2)], k + j <= max_p - 1.
+    K = [[None] * n_k for _ in range(n_k)]
+    for j in range(n_k):
+        K[0][j] = univariate[j]
+    for kk in range(n_k - 1):
+        for j in range(n_k - 1 - kk):
+            value = mu1 * K[kk][j] + t12 * K[kk][j + 1]
+            if kk >= 1:
+                value = value + kk * t11 * K[kk - 1][j]
+            K[kk + 1][j] = value
+    hermite = [K[0][0]]
+    if max_p >= 2:
+        hermite.append(K[1][0])
+    if max_p >= 3:
+        hermite.append(K[2][0] - K[0][0])
+    if max_p >= 4:
+        hermite.append(K[3][0] - 3.0 * K[1][0])
+    return [
+        (1.0 if p % 2 == 1 else -1.0) * scale * hermite[p - 1]
+        for p in range(1, max_p + 1)
+    ]
+
+
+def erf_pair_moments(m1, m2, s11, s12, s22, order=2):
+    """The jet ``J[p, q] = E[g^(p)(a1) g^(q)(a2)]`` of a bivariate Gaussian.
+
+    ``(a1, a2) ~ N((m1, m2), [[s11, s12], [s12, s22]])``, ``g = erf(. / sqrt 2)``.
+    ``J[p, q]`` is also the ``(p, q)``-th derivative of ``J[0, 0]`` with respect
+    to ``(m1, m2)`` and, by Price's theorem, ``dJ/ds12 = J[p+1, q+1]``,
+    ``dJ/ds11 = J[p+2, q] / 2``.  The covariance may be singular (``a1 = a2``):
+    only ``S + I`` must be positive definite.
+
+    ``J[0, 0] = 4 Phi2(h, k; rho) - 2 Phi(h) - 2 Phi(k) + 1`` with
+    ``h = m1 / sqrt(1 + s11)``, ``k = m2 / sqrt(1 + s22)``,
+    ``rho = s12 / sqrt((1 + s11) (1 + s22))``.  For ``p, q >= 1`` the product
+    ``phi(a1) phi(a2)`` turns the Gaussian into ``N(m; 0, S + I)`` times a
+    Gaussian with mean ``(S + I)^-1 m`` and covariance ``I - (S + I)^-1``,
+    leaving Hermite moments of degree ``p + q - 2``.
+
+    Parameters
+    ----------
+    m1, m2, s11, s12, s22 : array-like
+        Broadcastable means, variances and covariance.
+    order : int, default=2
+        Largest ``p + q``, at most 4.
+
+    Returns
+    -------
+    J : ndarray of shape (order + 1, order + 1) + broadcast shape
+        Entries with ``p + q > order`` are zero.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.variational._erf_network import erf_pair_moments
+    >>> J = erf_pair_moments(0.0, 0.0, 1.0, 0.5, 1.0)
+    >>> bool(np.isclose(J[0, 0], 2 / np.pi * np.arcsin(0.25)))
+    True
+    """
+    if not 0 <= order <= 4:
+        raise ValueError("order must be between 0 and 4")
+    m1, m2, s11, s12, s22 = np.broadcast_arrays(
+        *(np.asarray(a, dtype=float) for a in (m1, m2, s11, s12, s22))
+    )
+    J = np.zeros((order + 1, order + 1) + m1.shape)
+    v1 = 1.0 + s11
+    v2 = 1.0 + s22
+    h = m1 / np.sqrt(v1)
+    k = m2 / np.sqrt(v2)
+    rho = s12 / np.sqrt(v1 * v2)
+    J[0, 0] = 4.0 * bvn_cdf(h, k, rho) - 2.0 * ndtr(h) - 2.0 * ndtr(k) + 1.0
+    if order == 0:
+        return J
+    for p, value in enumerate(_moments_against_g(m1, m2, s11, s12, s22, order), 1):
+        J[p, 0] = value
+    for q, value in enumerate(_moments_against_g(m2, m1, s22, s12, s11, order), 1):
+        J[0, q] = value
+    if order >= 2:
+        det = v1 * v2 - s12 * s12
+        quad = (v2 * m1 * m1 - 2.0 * s12 * m1 * m2 + v1 * m2 * m2) / det
+        scale = 4.0 * np.exp(-0.5 * quad) / (2.0 * np.pi * np.sqrt(det))
+        mu1 = (v2 * m1 - s12 * m2) / det
+        mu2 = (v1 * m2 - s12 * m1) / det
+        t11 = (s11 * v2 - s12 * s12) / det
+        t22 = (s22 * v1 - s12 * s12) / det
+        t12 = s12 / det
+        for p in range(1, order):
+            for q in range(1, order + 1 - p):
+                a, b = p - 1, q - 1
+                if a == 0:
+                    moment = _hermite_moment(b, mu2, t22)
+                elif b == 0:
+                    moment = _hermite_moment(a, mu1, t11)
+                else:  # a == b == 1, since a + b <= 2
+                    moment = mu1 * mu2 + t12
+                sign = 1.0 if (p + q) % 2 == 0 else -1.0
+                J[p, q] = sign * scale * moment
+    return J
+
+
+class NetworkShape:
+    """Sizes and the covariance family of a variational erf network.
+
+    Parameters
+    ----------
+    n_inputs : int
+        Number of input features ``D`` (a constant 1 is appended for biases).
+    n_hidden : int
+    n_outputs : int
+    covariance : {"full", "lowrank", "diag"}
+    rank : int
+        Rank of ``F`` for ``"lowrank"``.
+    """
+
+    def __init__(self, n_inputs, n_hidden, n_outputs, covariance="full", rank=2):
+        self.n_inputs = int(n_inputs)
+        self.n_hidden = int(n_hidden)
+        self.n_outputs = int(n_outputs)
+        self.covariance = covariance
+        self.n_aug = self.n_inputs + 1
+        self.n_u = self.n_hidden * self.n_aug
+        self.n_weights = self.n_u + self.n_hidden * self.n_outputs
+        k = self.n_weights
+        if covariance == "full":
+            self.rank = k
+            self._tril = np.tril_indices(k, -1)
+            self.n_params = k + k + len(self._tril[0])
+        elif covariance == "lowrank":
+            self.rank = int(min(rank, k))
+            self.n_params = 2 * k + k * self.rank
+        elif covariance == "diag":
+            self.rank = 0
+            self.n_params = 2 * k
+        else:
+            raise ValueError(f"unknown covariance {covariance!r}")
+
+
+def unpack(theta, shape):
+    """Split the flat parameter vector into ``(wbar, log_diag, F)``.
+
+    ``full``: ``C = L L^T`` with ``L = diag(exp(log_diag)) + strictly lower``;
+    returned ``F = L`` and the diagonal part ``d`` of ``C`` is zero.
+    ``lowrank``/``diag``: ``C = diag(exp(2 log_diag)) + F F^T``.
+    """
+    k = shape.n_weights
+    wbar = theta[:k]
+    log_diag = theta[k : 2 * k]
+    if shape.covariance == "full":
+        F = np.zeros((k, k))
+        F[shape._tril] = theta[2 * k :]
+        F[np.diag_indices(k)] = np.exp(log_diag)
+    elif shape.covariance == "lowrank":
+        F = theta[2 * k :].reshape(k, shape.rank)
+    else:
+        F = np.zeros((k, 0))
+    return wbar, log_diag, F
+
+
+def _diag_part(log_diag, shape):
+    """The diagonal ``d**2`` of ``C`` outside ``F F^T`` (zero for full)."""
+    if shape.covariance == "full":
+        return np.zeros_like(log_diag)
+    return np.exp(2.0 * log_diag)
+
+
+def covariance_matrix(theta, shape):
+    """The dense covariance ``C`` of ``Q``."""
+    _, log_diag, F = unpack(theta, shape)
+    return np.diag(_diag_part(log_diag, shape)) + F @ F.T
+
+
+def init_params(shape, rng, init_std=0.1):
+    """Random mean weights and a small isotropic covariance.
+
+    Input-to-hidden weights are drawn with variance ``1 / n_inputs`` so that
+    hidden units start in the non-saturated range of ``g`` for standardised
+    inputs; output weights with variance ``1 / n_hidden``.
+    """
+    k = shape.n_weights
+    H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
+    U = rng.normal(scale=1.0 / np.sqrt(max(shape.n_inputs, 1)), size=(H, P))
+    U[:, -1] = rng.normal(scale=0.5, size=H)
+    V = rng.normal(scale=1.0 / np.sqrt(H), size=(H, M))
+    wbar = np.concatenate([U.ravel(), V.ravel()])
+    log_diag = np.full(k, np.log(init_std))
+    if shape.covariance == "full":
+        rest = np.zeros(len(shape._tril[0]))
+    elif shape.covariance == "lowrank":
+        # F = 0 is a stationary point of the bound, so start off it.
+        rest = rng.normal(scale=init_std / np.sqrt(shape.rank), size=k * shape.rank)
+    else:
+        rest = np.zeros(0)
+    return np.concatenate([wbar, log_diag, rest])
+
+
+def weight_groups(shape):
+    """Group index of every weight: one per input (ARD), biases, outputs.
+
+    Returns an int array of length ``n_weights`` with values in
+    ``0..n_inputs + 1``: ``d < n_inputs`` for the weights from input ``d``,
+    ``n_inputs`` for hidden biases, ``n_inputs + 1`` for hidden-to-output.
+    """
+    H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
+    u_groups = np.tile(np.arange(P), H)
+    v_groups = np.full(H * M, P)
+    return np.concatenate([u_groups, v_groups])
+
+
+def _local(X1, wbar, diag, F, shape):
+    """Moments of ``(a, v)`` at every data point."""
+    H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
+    Ubar = wbar[: shape.n_u].reshape(H, P)
+    Vbar = wbar[shape.n_u :].reshape(H, M)
+    Fu = F[: shape.n_u].reshape(H, P, -1)
+    Fv = F[shape.n_u :].reshape(H, M, -1)
+    du2 = diag[: shape.n_u].reshape(H, P)
+    dv2 = diag[shape.n_u :].reshape(H, M)
+    abar = X1 @ Ubar.T  # (n, H)
+    R = np.einsum("np,hpr->nhr", X1, Fu)  # (n, H, r)
+    S = np.matmul(R, np.swapaxes(R, 1, 2))  # (n, H, H)
+    Sd = (X1 * X1) @ du2.T  # (n, H): the diagonal part of C
+    S[:, np.arange(H), np.arange(H)] += Sd
+    # c[n, m, k, i] = Cov(v_km, a_i); the diagonal part of C never couples them.
+    c = np.einsum("kmr,nir->nmki", Fv, R)
+    D = np.einsum("kmr,lmr->mkl", Fv, Fv)  # (M, H, H)
+    D[:, np.arange(H), np.arange(H)] += dv2.T
+    return dict(Ubar=Ubar, Vbar=Vbar, Fu=Fu, Fv=Fv, abar=abar, R=R, S=S, c=c, D=D)
+
+
+def output_moments(X1, theta, shape):
+    """Predictive ``<f>`` and ``<f^2>`` for every row of ``X1`` and output.
+
+    Parameters
+    ----------
+    X1 : ndarray of shape (n_samples, n_inputs + 1)
+        Standardised inputs with a trailing column of ones.
+    theta : ndarray
+        Flat variational parameters.
+    shape : NetworkShape
+
+    Returns
+    -------
+    mean, second : ndarray of shape (n_samples, n_outputs)
+    """
+    wbar, log_diag, F = unpack(theta, shape)
+    loc = _local(X1, wbar, _diag_part(log_diag, shape), F, shape)
+    first, second, _ = _data_moments(loc, order=2)
+    return first, second
+
+
+def _symmetric_pair_moments(loc, order):
+    """The jet for every pair (i, j), computed on i <= j only.
+
+    ``J[p, q]`` at ``(i, j)`` equals ``J[q, p]`` at ``(j, i)``, which halves
+    the cost of the most expensive step.
+    """
+    abar, S = loc["abar"], loc["S"]
+    n, H = abar.shape
+    iu, ju = np.triu_indices(H)
+    sdiag = np.diagonal(S, axis1=1, axis2=2)
+    half = erf_pair_moments(
+        abar[:, iu], abar[:, ju], sdiag[:, iu], S[:, iu, ju], sdiag[:, ju], order
+    )
+    J = np.empty((order + 1, order + 1, n, H, H))
+    J[:, :, :, iu, ju] = half
+    J[:, :, :, ju, iu] = np.swapaxes(half, 0, 1)
+    return J
+
+
+def _data_moments(loc, order):
+    """``<f_m>`` and ``<f_m^2>`` (n, M) by Stein's lemma on every pair (i, j)."""
+    abar, S, c, D, Vbar = loc["abar"], loc["S"], loc["c"], loc["D"], loc["Vbar"]
+    sdiag = np.diagonal(S, axis1=1, axis2=2)
+    e = erf_moments(abar, sdiag, order=order - 1)
+    J = _symmetric_pair_moments(loc, order)
+    cdiag = np.diagonal(c, axis1=2, axis2=3)  # (n, M, H)
+    # <v_i g(a_i)> = vbar_i <g> + Cov(v_i, a_i) <g'>.
+    first = e[0] @ Vbar + np.einsum("nmi,ni->nm", cdiag, e[1])
+    # Pair (i, j): c_i = Cov(v_i, (a_i, a_j)) = (ci1, ci2), c_j = (cj1, cj2).
+    ci1 = cdiag[:, :, :, None]
+    ci2 = c
+    cj1 = np.swapaxes(c, 2, 3)
+    cj2 = cdiag[:, :, None, :]
+    vi = Vbar.T[None, :, :, None]  # (1, M, H, 1)
+    vj = Vbar.T[None, :, None, :]
+    A = vi * vj + D[None]
+    terms = dict(
+        A=A,
+        w10=vi * cj1 + vj * ci1,
+        w01=vi * cj2 + vj * ci2,
+        w20=ci1 * cj1,
+        w11=ci1 * cj2 + ci2 * cj1,
+        w02=ci2 * cj2,
+        ci1=ci1,
+        ci2=ci2,
+        cj1=cj1,
+        cj2=cj2,
+        vi=vi,
+        vj=vj,
+    )
+    Jn = J[:, :, :, None]  # broadcast the jet over outputs
+    second = (
+        terms["A"] * Jn[0, 0]
+        + terms["w10"] * Jn[1, 0]
+        + terms["w01"] * Jn[0, 1]
+        + terms["w20"] * Jn[2, 0]
+        + terms["w11"] * Jn[1, 1]
+        + terms["w02"] * Jn[0, 2]
+    ).sum(axis=(2, 3))
+    return first, second, dict(e=e, J=J, terms=terms, cdiag=cdiag)
+
+
+def _swap_jet_axes(J):
+    """Move the output axis: J[p, q] is (n, H, H); return (p, q, n, 1, H, H)."""
+    return J[:, :, :, None, :, :]
+
+
+def negative_bound(theta, X1, T, alpha, lam, shape, return_grad=True, stats=None):
+    """Minus the variational lower bound and its gradient.
+
+    ``F = <log p(T | w, alpha)> + <log p(w | lambda)> + H[Q]`` with
+    ``<log p(T | w)> = sum_nm [log(alpha_m / 2 pi) - alpha_m l_nm] / 2``,
+    ``l_nm = <f_m^2> - 2 t_nm <f_m> + t_nm^2`` (Barber & Bishop 1998, eqs. 9-11),
+    prior term ``sum_j [log(lambda_j / 2 pi) - lambda_j (wbar_j^2 + C_jj)] / 2``
+    and entropy ``log|C| / 2 + k (1 + log 2 pi) / 2``.
+
+    Parameters
+    ----------
+    theta : ndarray of shape (shape.n_params,)
+    X1 : ndarray of shape (n_samples, n_inputs + 1)
+    T : ndarray of shape (n_samples, n_outputs)
+    alpha : ndarray of shape (n_outputs,)
+        Noise precisions.
+    lam : ndarray of shape (n_weights,)
+        Prior precision of every weight.
+    shape : NetworkShape
+    return_grad : bool, default=True
+    stats : dict or None, default=None
+        If a dict, receives ``sq_err`` (``sum_n l_nm``, shape (n_outputs,)) and
+        ``second_moment`` (``wbar_j^2 + C_jj``, shape (n_weights,)): what the
+        hyperparameter gradients and re-estimates need.
+
+    Returns
+    -------
+    value : float
+    grad : ndarray of shape (shape.n_params,), only if ``return_grad``.
+    """
+    H, M = shape.n_hidden, shape.n_outputs
+    k = shape.n_weights
+    n = X1.shape[0]
+    wbar, log_diag, F = unpack(theta, shape)
+    diag = _diag_part(log_diag, shape)
+    loc = _local(X1, wbar, diag, F, shape)
+    order = 4 if return_grad else 2
+    first, second, aux = _data_moments(loc, order=order)
+    sq_err = second - 2.0 * T * first + T * T
+    cdiag_C = diag + np.einsum("jr,jr->j", F, F)
+
+    data = 0.5 * n * np.sum(np.log(alpha) - _LOG_2PI) - 0.5 * np.sum(sq_err * alpha)
+    prior = 0.5 * np.sum(np.log(lam) - _LOG_2PI) - 0.5 * np.sum(
+        lam * (wbar * wbar + cdiag_C)
+    )
+    if shape.covariance == "full":
+        logdet = 2.0 * np.sum(log_diag)
+    else:
+        logdet, woodbury = _lowrank_logdet(diag, F)
+    entropy = 0.5 * logdet + 0.5 * k * (1.0 + _LOG_2PI)
+    value = data + prior + entropy
+    if stats is not None:
+        stats["sq_err"] = sq_err.sum(axis=0)
+        stats["second_moment"] = wbar * wbar + cdiag_C
+    if not return_grad:
+        return -value
+
+    # ---- backward pass: d(-value) = d(sum_nm alpha_m l_nm / 2) - d(prior) - ...
+    gF2 = np.broadcast_to(0.5 * alpha, (n, M))  # d loss / d <f^2>
+    gF1 = -alpha * T  # d loss / d <f>
+    e, J, t, cdiag = aux["e"], aux["J"], aux["terms"], aux["cdiag"]
+    Vbar = loc["Vbar"]
+    g4 = gF2[:, :, None, None]  # (n, M, 1, 1)
+    # Coefficients of each jet entry, summed over outputs.
+    W = {
+        (0, 0): (g4 * t["A"]).sum(axis=1),
+        (1, 0): (g4 * t["w10"]).sum(axis=1),
+        (0, 1): (g4 * t["w01"]).sum(axis=1),
+        (2, 0): (g4 * t["w20"]).sum(axis=1),
+        (1, 1): (g4 * t["w11"]).sum(axis=1),
+        (0, 2): (g4 * t["w02"]).sum(axis=1),
+    }
+    g_m1 = sum(w * J[p + 1, q] for (p, q), w in W.items())
+    g_m2 = sum(w * J[p, q + 1] for (p, q), w in W.items())
+    g_s11 = 0.5 * sum(w * J[p + 2, q] for (p, q), w in W.items())
+    g_s22 = 0.5 * sum(w * J[p, q + 2] for (p, q), w in W.items())
+    g_s12 = sum(w * J[p + 1, q + 1] for (p, q), w in W.items())
+    g_abar = g_m1.sum(axis=2) + g_m2.sum(axis=1)
+    g_sdiag = g_s11.sum(axis=2) + g_s22.sum(axis=1)
+
+    # Terms through the output weights (per output m).
+    Jn = J[:, :, :, None]
+    J00, J10, J01 = Jn[0, 0], Jn[1, 0], Jn[0, 1]
+    J20, J11, J02 = Jn[2, 0], Jn[1, 1], Jn[0, 2]
+    gA = g4 * J00  # (n, M, H, H)
+    g_D = gA.sum(axis=0)  # (M, H, H)
+    vi, vj = t["vi"], t["vj"]
+    ci1, ci2, cj1, cj2 = t["ci1"], t["ci2"], t["cj1"], t["cj2"]
+    # d/d vbar: A = vi vj + D, w10 = vi cj1 + vj ci1, w01 = vi cj2 + vj ci2.
+    g_vi = g4 * (J00 * vj + J10 * cj1 + J01 * cj2)
+    g_vj = g4 * (J00 * vi + J10 * ci1 + J01 * ci2)
+    g_vbar = (g_vi.sum(axis=(0, 3)) + g_vj.sum(axis=(0, 2))).T  # (H, M)
+    g_ci1 = g4 * (vj * J10 + J20 * cj1 + J11 * cj2)
+    g_ci2 = g4 * (vj * J01 + J11 * cj1 + J02 * cj2)
+    g_cj1 = g4 * (vi * J10 + ci1 * J20 + ci2 * J11)
+    g_cj2 = g4 * (vi * J01 + ci1 * J11 + ci2 * J02)
+    g_c = g_ci2 + np.swapaxes(g_cj1, 2, 3)
+    g_cdiag = g_ci1.sum(axis=3) + g_cj2.sum(axis=2)  # (n, M, H)
+    # First moment: <f_m> = sum_i vbar_im e0_i + c_mii e1_i.
+    g_vbar += e[0].T @ gF1
+    g_cdiag = g_cdiag + gF1[:, :, None] * e[1][:, None, :]
+    g_e0 = gF1 @ Vbar.T  # (n, H)
+    g_e1 = np.einsum("nm,nmi->ni", gF1, cdiag)
+    g_abar = g_abar + g_e0 * e[1] + g_e1 * e[2]
+    g_sdiag = g_sdiag + 0.5 * (g_e0 * e[2] + g_e1 * e[3])
+    idx = np.arange(H)
+    g_c[:, :, idx, idx] += g_cdiag
+    g_S = g_s12
+    g_S[:, idx, idx] += g_sdiag
+
+    # Local moments -> parameters.
+    R, Fv = loc["R"], loc["Fv"]
+    g_U = g_abar.T @ X1  # (H, P)
+    g_R = np.matmul(g_S + np.swapaxes(g_S, 1, 2), R)
+    g_R += np.tensordot(g_c, Fv, axes=([1, 2], [1, 0]))
+    g_Fv = np.einsum("nmki,nir->kmr", g_c, R)
+    g_Fv += np.einsum("mkl,lmr->kmr", g_D + np.swapaxes(g_D, 1, 2), Fv)
+    g_Fu = np.tensordot(X1, g_R, axes=([0], [0])).transpose(1, 0, 2)
+    g_F = np.concatenate([g_Fu.reshape(shape.n_u, -1), g_Fv.reshape(H * M, -1)])
+    g_diag = np.concatenate(
+        [
+            (g_S[:, idx, idx].T @ (X1 * X1)).ravel(),  # d/d du2 of Sd
+            np.einsum("mkk->km", g_D).ravel(),
+        ]
+    )
+    g_wbar = np.concatenate([g_U.ravel(), g_vbar.ravel()])
+    # Prior (as a loss) adds lam wbar, lam F, lam / 2 on diag.
+    g_wbar = g_wbar + lam * wbar
+    g_F = g_F + lam[:, None] * F
+    g_diag = g_diag + 0.5 * lam
+
+    grad = np.empty_like(theta)
+    grad[:k] = g_wbar
+    if shape.covariance == "full":
+        # Entropy: log|C| / 2 = sum log_diag; d L_jj / d log_diag_j = L_jj.
+        grad[k : 2 * k] = np.diagonal(g_F) * np.diagonal(F) - 1.0
+        grad[2 * k :] = g_F[shape._tril]
+    else:
+        CinvF, cinv_diag = woodbury
+        # d log|C| / dF = 2 C^-1 F; d log|C| / d d_j^2 = (C^-1)_jj.
+        g_diag = g_diag - 0.5 * cinv_diag
+        grad[k : 2 * k] = g_diag * 2.0 * diag
+        if shape.covariance == "lowrank":
+            grad[2 * k :] = (g_F - CinvF).ravel()
+    return -value, grad
+
+
+def _lowrank_logdet(diag, F):
+    """``log|diag + F F^T|``, ``C^-1 F`` and ``diag(C^-1)`` by Woodbury."""
+    r = F.shape[1]
+    scaled = F / diag[:, None]  # D^-1 F
+    inner = np.eye(r) + F.T @ scaled
+    chol = np.linalg.cholesky(inner)
+    logdet = np.sum(np.log(diag)) + 2.0 * np.sum(np.log(np.diagonal(chol)))
+    # C^-1 F = D^-1 F M^-1 with M = I + F^T D^-1 F.
+    CinvF = np.linalg.solve(inner, scaled.T).T if r else scaled
+    cinv_diag = 1.0 / diag - np.einsum("jr,jr->j", CinvF, scaled)
+    return logdet, (CinvF, cinv_diag)
+
+
+def reestimate(theta, X1, T, shape, groups, max_precision=1e8):
+    """Hyperparameters that maximise the bound at fixed ``Q``.
+
+    ``alpha_m = N / sum_n l_nm`` and, for each weight group ``g`` of ``W_g``
+    weights, ``lambda_g = W_g / sum_{j in g} (wbar_j^2 + C_jj)`` (NOTES.md 3;
+    Barber & Bishop 1998, section 2.1).  Each is the exact maximiser of a
+    concave function of one hyperparameter, so the bound cannot decrease;
+    clipping to ``[1 / max_precision, max_precision]`` keeps that property.
+
+    Returns
+    -------
+    alpha : ndarray of shape (n_outputs,)
+    lambda_groups : ndarray of shape (n_groups,)
+    """
+    n = X1.shape[0]
+    wbar, log_diag, F = unpack(theta, shape)
+    first, second = output_moments(X1, theta, shape)
+    sq_err = np.maximum(second - 2.0 * T * first + T * T, 0.0).sum(axis=0)
+    alpha = n / np.maximum(sq_err, n / max_precision)
+    cdiag_C = _diag_part(log_diag, shape) + np.einsum("jr,jr->j", F, F)
+    n_groups = groups.max() + 1
+    counts = np.bincount(groups, minlength=n_groups)
+    sums = np.bincount(groups, weights=wbar * wbar + cdiag_C, minlength=n_groups)
+    lam = counts / np.maximum(sums, counts / max_precision)
+    return np.clip(alpha, 1.0 / max_precision, max_precision), np.clip(
+        lam, 1.0 / max_precision, max_precision
+    )
+
+
+def joint_negative_bound(params, X1, T, shape, groups):
+    """Minus the bound as a function of ``Q`` and the log hyperparameters.
+
+    ``params = (theta, log alpha, log lambda_groups)``.  Used inside each
+    optimisation phase so that ``Q`` and the hyperparameters move together
+    (plain alternation converges slowly when they are coupled); the exact
+    re-estimation of :func:`reestimate` still closes every phase.
+
+    Returns
+    -------
+    value : float
+    grad : ndarray of the shape of ``params``
+    """
+    n_theta = shape.n_params
+    M = shape.n_outputs
+    theta = params[:n_theta]
+    alpha = np.exp(params[n_theta : n_theta + M])
+    lam_groups = np.exp(params[n_theta + M :])
+    stats = {}
+    value, grad_theta = negative_bound(
+        theta, X1, T, alpha, lam_groups[groups], shape, stats=stats
+    )
+    n = X1.shape[0]
+    counts = np.bincount(groups, minlength=lam_groups.size)
+    sums = np.bincount(groups, weights=stats["second_moment"], minlength=counts.size)
+    # d(-F)/d log alpha_m = alpha_m sum_n l_nm / 2 - N / 2, likewise for lambda.
+    grad_alpha = 0.5 * (alpha * stats["sq_err"] - n)
+    grad_lam = 0.5 * (lam_groups * sums - counts)
+    return value, np.concatenate([grad_theta, grad_alpha, grad_lam])
