@@ -72,6 +72,10 @@ def test_sample_y_matches_predictive_moments(fitted_1d):
     np.testing.assert_allclose(samples.std(axis=1), std, rtol=0.06)
     again = fitted_1d.sample_y(X, n_samples=6000, random_state=0)
     np.testing.assert_array_equal(again, samples)
+    # Without noise, the draws average to the predictive mean exactly.
+    functions = fitted_1d.predict_draws(X)
+    assert functions.shape == (4 * 150, 3)
+    np.testing.assert_allclose(functions.mean(axis=0), mean, rtol=1e-12)
 
 
 def test_multi_output_noise_levels_and_shapes():
@@ -183,7 +187,7 @@ def test_loo_error_matches_brute_force_refits():
         mean, std = refit.predict(X[i : i + 1], return_std=True)
         brute[i] = mean[0]
         # Log predictive density of the mixture over draws.
-        draws = refit._draw_outputs(X[i : i + 1])[:, 0, 0]
+        draws = refit.predict_draws(X[i : i + 1])[:, 0]
         sd = refit._y_scale[0] / np.sqrt(refit.noise_precision_draws_[:, 0])
         log_p = -0.5 * ((y[i] - draws) / sd) ** 2 - np.log(sd * np.sqrt(2 * np.pi))
         log_density[i] = np.log(np.mean(np.exp(log_p)))

@@ -119,7 +119,7 @@ class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
     noise_std_ : ndarray of shape (n_outputs,)
         Posterior mean noise standard deviation, per output, in target units.
     parameter_draws_ : ndarray of shape (n_chains * n_samples, n_params)
-        Network weights (for standardised data), all chains.
+        Network weights (for standardised data), chain after chain.
     noise_precision_draws_ : ndarray of shape (n_chains * n_samples, n_outputs)
         Noise precisions (for standardised targets).
     precision_draws_ : ndarray of shape (n_chains * n_samples, n_groups)
@@ -354,6 +354,26 @@ class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
         Xs = (X - self._x_mean) / self._x_scale
         outputs, _ = forward(self.parameter_draws_, Xs, self._layout)
         return outputs * self._y_scale + self._y_mean
+
+    def predict_draws(self, X):
+        """Network output of every posterior draw (no noise), in target units.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        draws : ndarray of shape (n_draws, n_samples) or \
+                (n_draws, n_samples, n_outputs)
+            ``n_draws = n_chains * n_samples`` (the estimator's), chain by
+            chain: rows ``c * n_samples`` to ``(c + 1) * n_samples - 1`` are
+            chain ``c`` in order.
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        draws = self._draw_outputs(X)
+        return draws[:, :, 0] if self.loo_prediction_.ndim == 1 else draws
 
     def predict(self, X, return_std=False):
         """Posterior predictive mean (and standard deviation, noise included).

@@ -1,0 +1,185 @@
+"""HMCNetworkRegressor against scikit-learn's regressors, side by side.
+
+Usage: ``python benchmarks/bench_hmc_network.py [--quick]``
+
+For ``make_friedman1`` (n = 200 and 1000, noise sd 1) and ``load_diabetes``
+(a 75/25 split) the table gives test RMSE, test negative log predictive density
+(NLPD, Gaussian with the model's predictive mean and sd; MLPRegressor gets the
+sd of its training residuals) and fit time of HMCNetworkRegressor,
+MLPRegressor, BayesianRidge and GaussianProcessRegressor, with the ratios of
+ours to each peer; then HMC's effective samples per second, and the cost of one
+log-posterior gradient against the two matrix products with the data it needs
+(the floor), for one chain and per chain when chains are batched.
+"""
+
+import argparse
+import time
+import warnings
+
+import numpy as np
+from sklearn.compose import TransformedTargetRegressor
+from sklearn.datasets import load_diabetes, make_friedman1
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+from sklearn.linear_model import BayesianRidge
+from sklearn.model_selection import train_test_split
+from sklearn.neural_network import MLPRegressor
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from sklearn_meanfield import HMCNetworkRegressor
+from sklearn_meanfield.hmc._network import NetworkLayout, log_posterior_and_grad
+
+
+def datasets(quick):
+    sizes = (200,) if quick else (200, 1000)
+    for n in sizes:
+        X, y = make_friedman1(n_samples=n, noise=1.0, random_state=0)
+        X_test, y_test = make_friedman1(n_samples=2000, noise=1.0, random_state=1)
+        yield f"friedman1 n={n}", X, y, X_test, y_test
+    X, y = load_diabetes(return_X_y=True)
+    X, X_test, y, y_test = train_test_split(X, y, test_size=0.25, random_state=0)
+    yield f"diabetes n={len(y)}", X, y, X_test, y_test
+
+
+def models(quick, n_features):
+    hmc = dict(hidden_layer_size=10, n_jobs=2, random_state=0)
+    if quick:
+        hmc.update(n_samples=60, n_warmup=60, n_leapfrog=30)
+    kernel = ConstantKernel(1.0) * RBF(np.ones(n_features)) + WhiteKernel(0.1)
+    return {
+        "HMCNetwork": make_pipeline(StandardScaler(), HMCNetworkRegressor(**hmc)),
+        "MLP": make_pipeline(
+            StandardScaler(),
+            TransformedTargetRegressor(
+                MLPRegressor(hidden_layer_sizes=(10,), max_iter=3000, random_state=0),
+                transformer=StandardScaler(),
+            ),
+        ),
+        "BayesianRidge": make_pipeline(StandardScaler(), BayesianRidge()),
+        "GP": make_pipeline(
+            StandardScaler(),
+            GaussianProcessRegressor(
+                kernel, normalize_y=True, n_restarts_optimizer=0, random_state=0
+            ),
+        ),
+    }
+
+
+def gaussian_nlpd(y, mean, std):
+    return float(
+        np.mean(0.5 * ((y - mean) / std) ** 2 + np.log(std * np.sqrt(2 * np.pi)))
+    )
+
+
+def evaluate(name, model, X, y, X_test, y_test):
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(X, y)
+    seconds = time.perf_counter() - start
+    if name == "MLP":
+        mean = model.predict(X_test)
+        std = np.full_like(mean, np.std(y - model.predict(X)))
+    else:
+        mean, std = model.predict(X_test, return_std=True)
+        if name == "BayesianRidge" or name == "GP":
+            std = np.asarray(std)
+    rmse = float(np.sqrt(np.mean((y_test - mean) ** 2)))
+    return dict(rmse=rmse, nlpd=gaussian_nlpd(y_test, mean, std), seconds=seconds)
+
+
+def gradient_cost(n_samples, n_features, n_hidden, n_chains, repeats=300):
+    """Seconds per gradient (per chain) and per floor (two products with X)."""
+    rng = np.random.RandomState(0)
+    X = rng.normal(size=(n_samples, n_features))
+    Y = rng.normal(size=(n_samples, 1))
+    layout = NetworkLayout(n_features, n_hidden, 1)
+    theta = rng.normal(size=(n_chains, layout.n_params)) * 0.3
+    noise = np.ones((n_chains, 1))
+    precision = np.ones((n_chains, layout.n_params))
+    start = time.perf_counter()
+    for _ in range(repeats):
+        log_posterior_and_grad(theta, X, Y, noise, precision, layout)
+    grad = (time.perf_counter() - start) / repeats / n_chains
+    w1 = theta[0, : n_features * n_hidden].reshape(n_features, n_hidden)
+    delta = rng.normal(size=(n_samples, n_hidden))
+    start = time.perf_counter()
+    for _ in range(repeats):
+        X @ w1
+        X.T @ delta
+    floor = (time.perf_counter() - start) / repeats
+    return grad, floor
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller, shorter runs")
+    args = parser.parse_args(argv)
+
+    rows = []
+    hmc_diag = []
+    for label, X, y, X_test, y_test in datasets(args.quick):
+        results = {}
+        for name, model in models(args.quick, X.shape[1]).items():
+            results[name] = evaluate(name, model, X, y, X_test, y_test)
+            print(f"{label:18s} {name:14s} {results[name]}", flush=True)
+            if name == "HMCNetwork":
+                est = model[-1]
+                hmc_diag.append(
+                    (
+                        label,
+                        est.ess_,
+                        est.ess_ / results[name]["seconds"],
+                        est.rhat_,
+                        est.loo_error_**0.5,
+                        float(np.mean(est.acceptance_rate_)),
+                        int(np.sum(est.pareto_k_ > 0.7)),
+                    )
+                )
+        rows.append((label, results))
+
+    print("\nTest RMSE / NLPD / fit seconds (ratio = HMCNetwork / peer)")
+    header = f"{'data':18s} {'model':14s} {'RMSE':>8s} {'NLPD':>8s} {'fit s':>8s}"
+    header += f" {'RMSE ratio':>10s} {'time ratio':>10s}"
+    print(header)
+    print("-" * len(header))
+    for label, results in rows:
+        ours = results["HMCNetwork"]
+        for name, r in results.items():
+            ratio = "" if name == "HMCNetwork" else f"{ours['rmse'] / r['rmse']:10.3f}"
+            tratio = (
+                ""
+                if name == "HMCNetwork"
+                else f"{ours['seconds'] / r['seconds']:10.1f}"
+            )
+            print(
+                f"{label:18s} {name:14s} {r['rmse']:8.3f} {r['nlpd']:8.3f} "
+                f"{r['seconds']:8.2f} {ratio:>10s} {tratio:>10s}"
+            )
+
+    print("\nHMCNetwork diagnostics")
+    print(
+        f"{'data':18s} {'min bulk ESS':>12s} {'ESS/s':>8s} {'R-hat':>7s} "
+        f"{'LOO RMSE':>9s} {'accept':>7s} {'k>0.7':>6s}"
+    )
+    for label, ess, ess_s, rhat, loo, acc, bad in hmc_diag:
+        print(
+            f"{label:18s} {ess:12.0f} {ess_s:8.2f} {rhat:7.3f} {loo:9.3f} "
+            f"{acc:7.2f} {bad:6d}"
+        )
+
+    print("\nGradient cost (10 hidden units, 10 inputs), microseconds")
+    print(f"{'n':>6s} {'chains':>6s} {'grad/chain':>11s} {'floor':>8s} {'ratio':>6s}")
+    for n in (200, 1000):
+        for chains in (1, 2, 4):
+            grad, floor = gradient_cost(n, 10, 10, chains)
+            print(
+                f"{n:6d} {chains:6d} {grad * 1e6:11.1f} {floor * 1e6:8.1f} "
+                f"{grad / floor:6.1f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
