@@ -130,3 +130,41 @@ def test_output_layer_step_scales_bound_the_true_curvature():
         assert np.all(curvature <= bound * (1 + 1e-6))
         if j >= layout.n_params - layout.n_outputs:  # output biases: exact
             np.testing.assert_allclose(curvature, bound, rtol=1e-5)
+
+
+def test_chains_without_data_sample_the_hierarchical_prior():
+    # With no data the posterior is the prior: Gibbs steps for the precisions
+    # and HMC for the weights (step sizes following the precisions) must
+    # together reproduce the Gamma marginals of the precisions and the
+    # Student-t marginals of the weights, E[z^2] = E[1/tau] = rate / (shape - 1).
+    from scipy.special import digamma
+
+    from sklearn_meanfield.hmc._chains import run_chains
+
+    layout = NetworkLayout(2, 3, 1, ard=True)
+    # Less vague than the default so that the funnel mixes in a short test.
+    prior = HyperPrior(a_weights=12.0, a_noise=12.0, w_input=2.0)
+    out = run_chains(
+        np.zeros((0, 2)),
+        np.zeros((0, 1)),
+        layout,
+        prior,
+        seeds=range(6),
+        n_samples=1000,
+        n_warmup=100,
+        n_leapfrog=10,
+        step_size=0.3,
+        persistence=0.0,
+        target_accept=0.8,
+    )
+    shape = 0.5 * prior.a_weights
+    rate = shape / prior.group_means(layout)
+    log_tau = np.log(out["group_precision"]).mean(axis=(0, 1))
+    np.testing.assert_allclose(log_tau, digamma(shape) - np.log(rate), atol=0.05)
+    index = layout.group_index()
+    second = (out["theta"] ** 2).mean(axis=(0, 1))
+    for g in range(layout.n_groups):
+        expected = rate[g] / (shape - 1)
+        np.testing.assert_allclose(second[index == g].mean(), expected, rtol=0.1)
+    noise = out["noise_precision"].mean()
+    assert noise == pytest.approx(prior.w_noise, rel=0.05)
