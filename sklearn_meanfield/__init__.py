@@ -8,11 +8,13 @@ comes free with its fit.
 
 from .bethe import BetheRBM
 from .hmc import HMCNetworkRegressor
+from .tap.gpc import TAPGaussianProcessClassifier
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "BetheRBM",
     "HMCNetworkRegressor",
+    "TAPGaussianProcessClassifier",
     "__version__",
 ]

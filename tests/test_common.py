@@ -29,6 +29,8 @@ import sklearn_meanfield
 # ~50 scikit-learn checks per estimator run in seconds.  Keyed by class name.
 FAST_PARAMS = {
     "BetheRBM": {"n_components": 4, "n_iter": 3, "random_state": 0},
+    # The kernel stays fixed here; the optimiser has its own tests.
+    "TAPGaussianProcessClassifier": {"optimizer": None},
     "HMCNetworkRegressor": {
         "hidden_layer_size": 3,
         "n_samples": 20,
@@ -42,6 +44,10 @@ FAST_PARAMS = {
 # Two of each estimator's own parameters for the GridSearchCV test.
 PARAM_GRIDS = {
     "HMCNetworkRegressor": {"hidden_layer_size": [2, 4], "ard": [True, False]},
+    "TAPGaussianProcessClassifier": {
+        "likelihood": ["probit", "step"],
+        "label_noise": [0.0, 0.1],
+    },
 }
 
 # scikit-learn checks an estimator is expected to fail, with the reason:

@@ -1,0 +1,552 @@
+"""TAP mean-field theory / expectation propagation on a Gaussian prior.
+
+Opper and Winther's adaptive TAP equations for Gaussian-process classification
+reach the same fixed point as expectation propagation (EP): every training point
+carries a Gaussian *site* ``exp(-tau_i h_i**2 / 2 + nu_i h_i)``, the posterior of
+the fields is ``N(mu, Sigma)`` with ``Sigma = (K^-1 + diag(tau))^-1`` and
+``mu = Sigma nu``, and the *cavity* distribution of ``h_i`` (the posterior with
+point ``i``'s site removed) is the leave-one-out predictive distribution of the
+field.  The naive mean-field theory replaces the cavity variance by the prior
+variance ``K_ii``; the 1996 perceptron paper's closure by ``1 - |<w>|^2 / N``.
+
+The loop below is written once against a small *posterior* interface so that the
+same code serves a kernel matrix (Gaussian-process classifier, perceptron with
+fewer samples than features) and a weight-space representation (perceptron with
+many samples).  Formulas: NOTES.md section 1; Rasmussen and Williams (2006),
+sections 3.6 and 5.5.2.
+
+References
+----------
+.. [1] M. Opper and O. Winther, "Mean field methods for classification with
+   Gaussian processes", NIPS 11, 1998.
+.. [2] M. Opper and O. Winther, "A mean field algorithm for Bayes learning in
+   large feed-forward neural networks", NIPS 9, 1996.
+.. [3] C. E. Rasmussen and C. K. I. Williams, "Gaussian Processes for Machine
+   Learning", MIT Press, 2006, algorithms 3.5 and 3.6.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.linalg import LinAlgError, cholesky, solve_triangular
+
+__all__ = [
+    "KernelPosterior",
+    "TAPSolution",
+    "expectation_propagation",
+    "mean_field_iteration",
+    "ep_log_evidence",
+    "ep_evidence_gradient",
+]
+
+
+def _cholesky_lower(matrix):
+    return cholesky(matrix, lower=True, check_finite=False)
+
+
+# Above this value of tau_i K_ii the marginal variance is computed from B^-1.
+_CANCELLATION_THRESHOLD = 1e3
+
+
+class _PositiveSiteSolution:
+    """Posterior for non-negative site precisions, through B = I + S^1/2 K S^1/2.
+
+    This is the numerically preferred form (GPML algorithm 3.5): B's eigenvalues
+    are at least one, and no Cholesky factor of K is needed.
+    """
+
+    def __init__(self, K, tau, nu):
+        sqrt_tau = np.sqrt(tau)
+        B = sqrt_tau[:, None] * K * sqrt_tau[None, :]
+        B[np.diag_indices_from(B)] += 1.0
+        self._chol = _cholesky_lower(B)
+        self._sqrt_tau = sqrt_tau
+        V = solve_triangular(
+            self._chol, sqrt_tau[:, None] * K, lower=True, check_finite=False
+        )
+        prior_var = np.diag(K)
+        self.var = prior_var - np.einsum("ij,ij->j", V, V)
+        # K_ii - |V_i|^2 cancels when tau_i K_ii is large (a near-hard site);
+        # there Sigma_ii = (1 - [B^-1]_ii) / tau_i is exact to rounding.
+        precise = np.flatnonzero(tau * prior_var > _CANCELLATION_THRESHOLD)
+        if precise.size:
+            unit = np.zeros((len(tau), precise.size))
+            unit[precise, np.arange(precise.size)] = 1.0
+            inverse_columns = solve_triangular(
+                self._chol, unit, lower=True, check_finite=False
+            )
+            b_inv_diag = np.einsum("ij,ij->j", inverse_columns, inverse_columns)
+            self.var[precise] = (1.0 - b_inv_diag) / tau[precise]
+        self.mean = K @ nu - V.T @ (V @ nu)
+        self.logdet = 2.0 * np.sum(np.log(np.diag(self._chol)))
+        self._K = K
+        self._V = V
+
+    def variance_reduction(self, K_cross):
+        """Row-wise ``k*^T (K + S^-1)^-1 k*`` for columns ``k*`` of ``K_cross``."""
+        U = solve_triangular(
+            self._chol,
+            self._sqrt_tau[:, None] * K_cross,
+            lower=True,
+            check_finite=False,
+        )
+        return np.einsum("ij,ij->j", U, U)
+
+    def covariance(self):
+        """The full posterior covariance Sigma."""
+        return self._K - self._V.T @ self._V
+
+    def release(self):
+        """Drop what prediction does not need (the n x n matrix V)."""
+        self._V = None
+        self._K = None
+
+
+class _SignedSiteSolution:
+    """Posterior for site precisions of any sign (label noise), NOTES.md sec. 1.
+
+    With ``K = L_K L_K^T``: ``C = I + L_K^T S L_K = L_C L_C^T``,
+    ``W = L_C^-1 L_K^T`` and ``Sigma = W^T W``; no square root of ``tau`` is
+    taken, and ``log|I + K S| = 2 sum log diag(L_C)``.
+    """
+
+    def __init__(self, chol_K, tau, nu):
+        C = chol_K.T @ (tau[:, None] * chol_K)
+        C[np.diag_indices_from(C)] += 1.0
+        chol_C = _cholesky_lower(C)
+        W = solve_triangular(chol_C, chol_K.T, lower=True, check_finite=False)
+        self.var = np.einsum("ij,ij->j", W, W)
+        self.mean = W.T @ (W @ nu)
+        self.logdet = 2.0 * np.sum(np.log(np.diag(chol_C)))
+        self._W = W
+        self._tau = tau
+
+    def variance_reduction(self, K_cross):
+        """Row-wise ``k*^T (S - S Sigma S) k*``, the same quantity for any sign."""
+        scaled = self._tau[:, None] * K_cross
+        projected = self._W @ scaled
+        return np.einsum("ij,ij->j", K_cross, scaled) - np.einsum(
+            "ij,ij->j", projected, projected
+        )
+
+    def covariance(self):
+        """The full posterior covariance Sigma."""
+        return self._W.T @ self._W
+
+    def release(self):
+        """Nothing to drop: W is what prediction needs."""
+
+
+class KernelPosterior:
+    """The Gaussian posterior of the fields for a kernel matrix ``K``.
+
+    Parameters
+    ----------
+    K : ndarray of shape (n, n)
+        Prior covariance of the latent fields at the training points.
+    jitter : float, default=1e-10
+        Relative nugget added to ``K`` only where a Cholesky factor of ``K``
+        itself is needed (site precisions of both signs); increased tenfold
+        until the factorisation succeeds.
+    """
+
+    def __init__(self, K, jitter=1e-10):
+        self.K = K
+        self.prior_var = np.diag(K).copy()
+        self.jitter = jitter
+        self._chol_K = None
+
+    @property
+    def n(self):
+        """Number of training points."""
+        return self.K.shape[0]
+
+    def matvec(self, alpha):
+        """``K @ alpha``: the posterior mean of the fields for coefficients alpha."""
+        return self.K @ alpha
+
+    def _chol(self):
+        if self._chol_K is None:
+            scale = max(np.mean(self.prior_var), np.finfo(float).tiny)
+            jitter = self.jitter
+            while True:
+                try:
+                    K = self.K.copy()
+                    K[np.diag_indices_from(K)] += jitter * scale
+                    self._chol_K = _cholesky_lower(K)
+                    break
+                except LinAlgError:
+                    if jitter > 1e-2:
+                        raise
+                    jitter *= 10.0
+        return self._chol_K
+
+    def solve(self, tau, nu):
+        """Posterior marginals for sites ``(tau, nu)``.
+
+        Returns an object with ``mean``, ``var`` (marginal variances),
+        ``logdet`` (``log|I + K S|``), ``variance_reduction(K_cross)`` and
+        ``covariance()``.  Raises ``LinAlgError`` when ``K^-1 + S`` is not
+        positive definite.
+        """
+        if np.all(tau >= 0):
+            return _PositiveSiteSolution(self.K, tau, nu)
+        return _SignedSiteSolution(self._chol(), tau, nu)
+
+
+@dataclass
+class TAPSolution:
+    """The converged (or best) state of a TAP / EP run.
+
+    Attributes
+    ----------
+    tau, nu : ndarray of shape (n,)
+        Site precisions and precision-means.
+    alpha : ndarray of shape (n,)
+        Coefficients of the posterior mean, ``<h> = K alpha``.
+    mean, var : ndarray of shape (n,)
+        Posterior mean and variance of the fields at the training points.
+    cavity_mean, cavity_var : ndarray of shape (n,)
+        Cavity (leave-one-out) distribution of each field.
+    log_z : ndarray of shape (n,)
+        ``log`` of each point's leave-one-out predictive probability of its
+        own label.
+    log_evidence : float
+        Approximate log marginal likelihood (EP only; NaN for the fixed
+        cavity-variance mean-field theories).
+    n_iter : int
+    converged : bool
+    posterior : object
+        The solved posterior (for predictions and the evidence gradient).
+    """
+
+    tau: np.ndarray
+    nu: np.ndarray
+    alpha: np.ndarray
+    mean: np.ndarray
+    var: np.ndarray
+    cavity_mean: np.ndarray
+    cavity_var: np.ndarray
+    log_z: np.ndarray
+    log_evidence: float
+    n_iter: int
+    converged: bool
+    posterior: object = field(repr=False, default=None)
+
+
+def ep_log_evidence(log_z, tau, nu, cavity_mean, cavity_tau, mean, var, logdet):
+    """EP approximation of the log marginal likelihood (GPML eq. 3.65).
+
+    Written with elementwise terms plus ``log|I + K S|`` and ``nu^T mu`` so it
+    holds for any representation of the posterior (kernel or weight space) and
+    for site precisions of either sign.
+    """
+    total_precision = 1.0 / var  # tau + cavity_tau
+    return float(
+        np.sum(log_z)
+        + 0.5 * np.sum(np.log(total_precision) - np.log(cavity_tau))
+        - 0.5 * logdet
+        + 0.5 * nu @ mean
+        - 0.5 * np.sum(nu**2 / total_precision)
+        + 0.5
+        * np.sum(
+            cavity_mean * cavity_tau * (tau * cavity_mean - 2.0 * nu) / total_precision
+        )
+    )
+
+
+def _cavities(solution, tau, nu):
+    cavity_tau = 1.0 / solution.var - tau
+    cavity_nu = solution.mean / solution.var - nu
+    return cavity_tau, cavity_nu
+
+
+def expectation_propagation(
+    posterior,
+    t,
+    likelihood,
+    *,
+    tau=None,
+    nu=None,
+    max_iter=200,
+    tol=1e-6,
+    damping=0.8,
+    reporter=None,
+):
+    """Solve the adaptive TAP / EP equations with parallel damped updates.
+
+    All sites are updated at once from their cavities, then the posterior is
+    recomputed with one Cholesky factorisation (``O(n^3)`` BLAS work a sweep).
+    The step is halved whenever the new sites would make the posterior
+    improper, and the damping is tightened when the residual grows
+    (oscillation).  The iterate with the smallest residual is kept.
+
+    Parameters
+    ----------
+    posterior : KernelPosterior or compatible
+        Provides ``n``, ``solve(tau, nu)``.
+    t : ndarray of shape (n,)
+        Targets passed to ``likelihood.moments`` (labels +-1).
+    likelihood : object
+        Provides ``moments(t, cavity_mean, cavity_var)``.
+    tau, nu : ndarray of shape (n,) or None
+        Warm start (e.g. the previous solution during hyperparameter search).
+    max_iter : int, default=200
+        Maximum number of sweeps.
+    tol : float, default=1e-6
+        Convergence when no posterior mean moves by more than ``tol`` posterior
+        standard deviations and no log variance by more than ``tol``.
+    damping : float in (0, 1], default=0.8
+        Initial fraction of the proposed site change that is taken.
+    reporter : callable or None
+        ``reporter(level, message, *args)`` for progress at verbose >= 2.
+
+    Returns
+    -------
+    TAPSolution
+    """
+    n = posterior.n
+    tau = np.zeros(n) if tau is None else np.array(tau, dtype=float)
+    nu = np.zeros(n) if nu is None else np.array(nu, dtype=float)
+    try:
+        solution = posterior.solve(tau, nu)
+    except LinAlgError:  # an invalid warm start: start afresh
+        tau, nu = np.zeros(n), np.zeros(n)
+        solution = posterior.solve(tau, nu)
+
+    best = None
+    previous_residual = np.inf
+    step = float(damping)
+    converged = False
+    for n_iter in range(1, max_iter + 1):
+        cavity_tau, cavity_nu = _cavities(solution, tau, nu)
+        valid = cavity_tau > 0
+        cavity_var = np.where(valid, 1.0 / np.where(valid, cavity_tau, 1.0), 1.0)
+        cavity_mean = cavity_nu * cavity_var
+        log_z, first, second = likelihood.moments(t, cavity_mean, cavity_var)
+        denominator = _tilted_variance_ratio(cavity_var, second)
+        new_tau = np.where(valid, second / denominator, tau)
+        new_nu = np.where(valid, (first + cavity_mean * second) / denominator, nu)
+
+        residual = _residual(posterior, solution, new_tau, new_nu, tau, nu)
+        state = (residual, tau, nu, solution)
+        if best is None or residual < best[0]:
+            best = state
+        if reporter is not None:
+            reporter(2, "EP sweep %d: residual %.3g, step %.2f", n_iter, residual, step)
+        if residual < tol and np.all(valid):
+            converged = True
+            break
+        # Oscillation shrinks the step; steady progress lets it grow back.
+        if residual > previous_residual:
+            step = max(0.5 * step, 0.05)
+        else:
+            step = min(1.25 * step, damping)
+        previous_residual = residual
+
+        trial_step = step
+        while True:
+            trial_tau = tau + trial_step * (new_tau - tau)
+            trial_nu = nu + trial_step * (new_nu - nu)
+            try:
+                trial = posterior.solve(trial_tau, trial_nu)
+                if np.all(trial.var > 0) and np.all(np.isfinite(trial.mean)):
+                    break
+            except LinAlgError:
+                pass
+            trial_step *= 0.5
+            if trial_step < 1e-4:
+                trial = None
+                break
+        if trial is None:
+            break
+        tau, nu, solution = trial_tau, trial_nu, trial
+
+    if not converged:
+        _, tau, nu, solution = best
+    return _finish(solution, tau, nu, t, likelihood, n_iter, converged)
+
+
+# The tilted variance (cavity variance times 1 - v b) is kept above this share of
+# the cavity variance.  A noise-free step likelihood whose cavity sits far on the
+# wrong side would otherwise ask for an infinite site precision (and 1 - v b is
+# computed with cancellation there); a site 1e6 times more precise than its
+# cavity is already a hard constraint.  Negative site precisions are untouched.
+_MIN_TILTED_VARIANCE_RATIO = 1e-6
+
+
+def _tilted_variance_ratio(cavity_var, second):
+    return np.maximum(1.0 - cavity_var * second, _MIN_TILTED_VARIANCE_RATIO)
+
+
+def _residual(posterior, solution, new_tau, new_nu, tau, nu):
+    """Size of a proposed site change, in units of the posterior marginals.
+
+    Measured on the marginals ``N(mu_i, var_i)`` that site ``i`` alone would
+    produce from its cavity, which is scale-free and finite even when a site
+    precision is huge (near-deterministic step likelihood).
+    """
+    var = solution.var
+    cavity_tau = 1.0 / var - tau
+    cavity_nu = solution.mean / var - nu
+    new_precision = cavity_tau + new_tau
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # old precision is 1 / var; the old mean is solution.mean.
+        log_ratio = np.abs(np.log(new_precision * var))
+        new_mean = (cavity_nu + new_nu) / new_precision
+        shift = np.abs(new_mean - solution.mean) / np.sqrt(var)
+    values = np.concatenate([log_ratio, shift])
+    values = values[np.isfinite(values)]
+    return float(values.max()) if values.size else np.inf
+
+
+def _finish(solution, tau, nu, t, likelihood, n_iter, converged):
+    cavity_tau, cavity_nu = _cavities(solution, tau, nu)
+    # A best iterate of a run that did not converge may hold sites that leave
+    # no proper cavity; those points fall back on their posterior marginal.
+    invalid = ~(cavity_tau > 0)
+    if np.any(invalid):
+        tau = np.where(invalid, 0.0, tau)
+        nu = np.where(invalid, 0.0, nu)
+        cavity_tau = np.where(invalid, 1.0 / solution.var, cavity_tau)
+        cavity_nu = np.where(invalid, solution.mean / solution.var, cavity_nu)
+    cavity_var = 1.0 / cavity_tau
+    cavity_mean = cavity_nu * cavity_var
+    log_z, _, _ = likelihood.moments(t, cavity_mean, cavity_var)
+    log_evidence = ep_log_evidence(
+        log_z,
+        tau,
+        nu,
+        cavity_mean,
+        cavity_tau,
+        solution.mean,
+        solution.var,
+        solution.logdet,
+    )
+    return TAPSolution(
+        tau=tau,
+        nu=nu,
+        alpha=nu - tau * solution.mean,
+        mean=solution.mean,
+        var=solution.var,
+        cavity_mean=cavity_mean,
+        cavity_var=cavity_var,
+        log_z=log_z,
+        log_evidence=log_evidence,
+        n_iter=n_iter,
+        converged=converged,
+        posterior=solution,
+    )
+
+
+def mean_field_iteration(
+    posterior,
+    t,
+    likelihood,
+    cavity_variance,
+    *,
+    alpha=None,
+    max_iter=500,
+    tol=1e-6,
+    damping=0.5,
+    reporter=None,
+):
+    """Mean-field equations with a prescribed cavity variance.
+
+    Iterates Opper and Winther's equations ``alpha_i = d log Z_i / dm`` with
+    cavity mean ``<h_i> - lambda_i alpha_i`` and ``<h> = K alpha``, where the
+    cavity variances ``lambda = cavity_variance(alpha, <h>)`` are given by a
+    closure rather than solved for: ``K_ii`` for the naive theory,
+    ``1 - |<w>|^2 / N`` for the 1996 isotropic perceptron.  Each sweep is one
+    product with ``K`` (``O(n^2)``).
+
+    Parameters
+    ----------
+    posterior : KernelPosterior or compatible
+        Provides ``n``, ``matvec(alpha)`` and ``solve(tau, nu)``.
+    t : ndarray of shape (n,)
+    likelihood : object
+    cavity_variance : callable
+        ``cavity_variance(alpha, mean) -> ndarray of shape (n,)``, positive.
+    alpha : ndarray or None
+        Warm start.
+    max_iter, tol, damping, reporter
+        As in :func:`expectation_propagation`; ``tol`` bounds the change of
+        ``alpha`` relative to its scale.
+
+    Returns
+    -------
+    TAPSolution
+        With the Gaussian sites ``tau = b / (1 - lambda b)`` implied by the
+        fixed point (used for the predictive variance) and ``log_evidence``
+        NaN.
+    """
+    n = posterior.n
+    alpha = np.zeros(n) if alpha is None else np.array(alpha, dtype=float)
+    best = None
+    previous_residual = np.inf
+    step = float(damping)
+    converged = False
+    for n_iter in range(1, max_iter + 1):
+        mean = posterior.matvec(alpha)
+        lam = cavity_variance(alpha, mean)
+        cavity_mean = mean - lam * alpha
+        log_z, first, second = likelihood.moments(t, cavity_mean, lam)
+        scale = max(np.max(np.abs(first)), 1e-12)
+        residual = float(np.max(np.abs(first - alpha)) / scale)
+        if best is None or residual < best[0]:
+            best = (residual, alpha, mean, lam, cavity_mean, log_z, second)
+        if reporter is not None:
+            reporter(2, "mean-field sweep %d: residual %.3g", n_iter, residual)
+        if residual < tol:
+            converged = True
+            break
+        if residual > previous_residual:
+            step = max(0.7 * step, 0.02)
+        previous_residual = residual
+        alpha = alpha + step * (first - alpha)
+    _, alpha, mean, lam, cavity_mean, log_z, second = best
+    tau = second / _tilted_variance_ratio(lam, second)
+    nu = alpha + tau * mean
+    try:
+        solution = posterior.solve(tau, nu)
+    except LinAlgError:
+        solution = None
+    var = solution.var if solution is not None else np.full(n, np.nan)
+    return TAPSolution(
+        tau=tau,
+        nu=nu,
+        alpha=alpha,
+        mean=mean,
+        var=var,
+        cavity_mean=cavity_mean,
+        cavity_var=lam,
+        log_z=log_z,
+        log_evidence=np.nan,
+        n_iter=n_iter,
+        converged=converged,
+        posterior=solution,
+    )
+
+
+def ep_evidence_gradient(solution, K_gradient):
+    """Gradient of the EP log evidence at a fixed point (GPML eq. 5.27 form).
+
+    ``d log Z / d theta_j = 1/2 tr(R dK/dtheta_j)`` with
+    ``R = alpha alpha^T - (S - S Sigma S)`` (NOTES.md section 1).
+
+    Parameters
+    ----------
+    solution : TAPSolution
+        A converged EP solution whose posterior still holds its factors.
+    K_gradient : ndarray of shape (n, n, n_params)
+        Derivatives of the kernel matrix (scikit-learn's ``eval_gradient``).
+
+    Returns
+    -------
+    ndarray of shape (n_params,)
+    """
+    tau, alpha = solution.tau, solution.alpha
+    sigma = solution.posterior.covariance()
+    R = np.outer(alpha, alpha) - np.diag(tau) + tau[:, None] * sigma * tau[None, :]
+    return 0.5 * np.einsum("ij,jik->k", R, K_gradient)

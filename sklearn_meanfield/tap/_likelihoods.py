@@ -1,0 +1,93 @@
+"""Likelihoods of the TAP / EP core and their Gaussian moment updates.
+
+Each likelihood turns a cavity distribution N(m, v) of a latent field into the
+log normaliser ``log Z = log E[p(t | h)]`` and its first two derivatives with
+respect to the cavity mean, from which the new Gaussian site follows
+(Opper & Winther 1998; NOTES.md section 1).
+"""
+
+import numpy as np
+
+from .._gaussian import LOG_SQRT_2PI, log_noisy_step, noisy_step_moments
+
+__all__ = ["NoisyStepLikelihood", "GaussianLikelihood", "make_likelihood"]
+
+
+class NoisyStepLikelihood:
+    """``p(t | h) = kappa + (1 - 2 kappa) Phi(t h / sigma)`` for labels ``t = +-1``.
+
+    ``sigma = 0`` is Opper and Winther's step likelihood with label noise
+    ``kappa``; ``sigma = 1, kappa = 0`` is the probit.
+
+    Parameters
+    ----------
+    label_noise : float in [0, 0.5)
+        Probability ``kappa`` that a label was flipped.
+    sigma : float >= 0
+        Width of the probit (0 for the step).
+    """
+
+    def __init__(self, label_noise=0.0, sigma=0.0):
+        self.label_noise = float(label_noise)
+        self.sigma = float(sigma)
+
+    def moments(self, t, cavity_mean, cavity_var):
+        """Log normaliser and its derivatives with respect to the cavity mean.
+
+        Parameters
+        ----------
+        t : ndarray of shape (n,)
+            Labels in {-1, +1}.
+        cavity_mean, cavity_var : ndarray of shape (n,)
+            Cavity distribution of the field (``cavity_var > 0``).
+
+        Returns
+        -------
+        log_z : ndarray
+            ``log E_cavity[p(t | h)]``.
+        first : ndarray
+            ``d log Z / dm`` (``alpha`` of Opper and Winther).
+        second : ndarray
+            ``-d^2 log Z / dm^2``; negative where label noise makes the
+            tilted distribution wider than the cavity.
+        """
+        s = cavity_var + self.sigma**2
+        sqrt_s = np.sqrt(s)
+        z = t * cavity_mean / sqrt_s
+        log_z, dlog_z = noisy_step_moments(z, self.label_noise)
+        first = t * dlog_z / sqrt_s
+        second = first * (first + cavity_mean / s)
+        return log_z, first, second
+
+    def predictive_positive(self, mean, var):
+        """``p(t = +1)`` for a Gaussian field ``N(mean, var)``."""
+        z = mean / np.sqrt(var + self.sigma**2)
+        return np.exp(log_noisy_step(z, self.label_noise))
+
+
+class GaussianLikelihood:
+    """``p(y | h) = N(y; h, noise_var)``: the Gaussian site is exact.
+
+    Used to check the EP machinery against Gaussian-process regression.
+    """
+
+    def __init__(self, noise_var):
+        self.noise_var = float(noise_var)
+
+    def moments(self, y, cavity_mean, cavity_var):
+        """Same contract as :meth:`NoisyStepLikelihood.moments`."""
+        s = cavity_var + self.noise_var
+        residual = y - cavity_mean
+        log_z = -0.5 * residual**2 / s - 0.5 * np.log(s) - LOG_SQRT_2PI
+        first = residual / s
+        second = np.full_like(first, 1.0) / s
+        return log_z, first, second
+
+
+def make_likelihood(name, label_noise):
+    """The likelihood object for the estimators' ``likelihood`` parameter."""
+    if name == "step":
+        return NoisyStepLikelihood(label_noise, sigma=0.0)
+    if name == "probit":
+        return NoisyStepLikelihood(label_noise, sigma=1.0)
+    raise ValueError(f"Unknown likelihood {name!r}; use 'step' or 'probit'.")
