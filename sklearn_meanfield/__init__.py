@@ -8,12 +8,14 @@ comes free with its fit.
 
 from .bethe import BetheRBM
 from .hmc import HMCNetworkRegressor
+from .variational import EnsembleLearningRegressor
 from .tap.gpc import TAPGaussianProcessClassifier
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "BetheRBM",
+    "EnsembleLearningRegressor",
     "HMCNetworkRegressor",
     "TAPGaussianProcessClassifier",
     "__version__",

@@ -28,6 +28,13 @@ import sklearn_meanfield
 # Small but honest settings (fewer samples, iterations or restarts) so that the
 # ~50 scikit-learn checks per estimator run in seconds.  Keyed by class name.
 FAST_PARAMS = {
+    "EnsembleLearningRegressor": {
+        "hidden_layer_size": 3,
+        "n_restarts": 1,
+        "max_iter": 3,
+        "inner_max_iter": 30,
+        "random_state": 0,
+    },
     "BetheRBM": {"n_components": 4, "n_iter": 3, "random_state": 0},
     # The kernel stays fixed here; the optimiser has its own tests.
     "TAPGaussianProcessClassifier": {"optimizer": None},
@@ -43,6 +50,10 @@ FAST_PARAMS = {
 
 # Two of each estimator's own parameters for the GridSearchCV test.
 PARAM_GRIDS = {
+    "EnsembleLearningRegressor": {
+        "hidden_layer_size": [2, 3],
+        "covariance": ["full", "diag"],
+    },
     "HMCNetworkRegressor": {"hidden_layer_size": [2, 4], "ard": [True, False]},
     "TAPGaussianProcessClassifier": {
         "likelihood": ["probit", "step"],
