@@ -8,8 +8,8 @@ comes free with its fit.
 
 from .bethe import BetheRBM
 from .hmc import HMCNetworkRegressor
-from .variational import EnsembleLearningRegressor
 from .tap.gpc import TAPGaussianProcessClassifier
+from .variational import EnsembleLearningRegressor
 
 __version__ = "0.1.0.dev0"
 
