@@ -86,12 +86,14 @@ def _log2cosh(x):
 def _cavity_bias(field, coupling):
     """``[lncosh(field + J) - lncosh(field - J)] / 2``: the message a unit with
     cavity field ``field`` sends through coupling ``J`` (eq. 3b)."""
-    # log 2cosh(x) = |x| + log1p(exp(-2|x|)): one exp per term, never overflows.
+    # log 2cosh(x) = |x| + log1p(exp(-2|x|)); the two log1p terms are merged,
+    # log1p(a) - log1p(b) = log1p((a - b) / (1 + b)), with a, b in (0, 1]:
+    # two exps and one log1p per message, nothing can overflow.
     plus = np.abs(field + coupling)
     minus = np.abs(field - coupling)
-    return 0.5 * (
-        plus - minus + np.log1p(np.exp(-2.0 * plus)) - np.log1p(np.exp(-2.0 * minus))
-    )
+    exp_plus = np.exp(-2.0 * plus)
+    exp_minus = np.exp(-2.0 * minus)
+    return 0.5 * (plus - minus + np.log1p((exp_plus - exp_minus) / (1.0 + exp_minus)))
 
 
 def to_spin(weights, visible_bias, hidden_bias):
