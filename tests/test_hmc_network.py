@@ -143,7 +143,7 @@ def test_chains_without_data_sample_the_hierarchical_prior():
 
     layout = NetworkLayout(2, 3, 1, ard=True)
     # Less vague than the default so that the funnel mixes in a short test.
-    prior = HyperPrior(a_weights=12.0, a_noise=12.0, w_input=2.0)
+    prior = HyperPrior(a_weights=12.0, a_noise=12.0, w_input_per_feature=1.0)
     out = run_chains(
         np.zeros((0, 2)),
         np.zeros((0, 1)),

@@ -91,24 +91,26 @@ class NetworkLayout:
 class HyperPrior:
     """Gamma priors of the precisions, each with shape ``a/2`` and mean ``w``.
 
-    Means are for standardised inputs and targets; the hidden-to-output
-    precision scales with the number of hidden units so that the prior of the
-    network function does not grow with it (Neal 1996, section 2.2).
+    Means are for standardised inputs and targets.  The input-to-hidden
+    precision scales with the number of inputs, so that the prior variance of a
+    hidden unit's summed input does not grow with them, and the hidden-to-output
+    precision with the number of hidden units, so that the prior of the network
+    function does not grow with them (Neal 1996, section 2.2).
 
     Parameters
     ----------
     a_weights, a_noise : float
         Shape parameters (times 2); small values are vague.
-    w_input, w_hidden_bias, w_output_bias, w_noise : float
-        Prior mean precisions of the input-to-hidden weights, hidden biases,
-        output biases and noise.
+    w_input_per_feature, w_hidden_bias, w_output_bias, w_noise : float
+        Prior mean precisions of the input-to-hidden weights (times
+        ``n_features``), hidden biases, output biases and noise.
     w_output_per_hidden : float
         The hidden-to-output mean precision is this times ``n_hidden``.
     """
 
     a_weights: float = 1.0
     a_noise: float = 1.0
-    w_input: float = 1.0
+    w_input_per_feature: float = 1.0
     w_hidden_bias: float = 1.0
     w_output_per_hidden: float = 1.0
     w_output_bias: float = 1.0
@@ -119,7 +121,7 @@ class HyperPrior:
         n_w1 = layout.n_features if layout.ard else 1
         return np.concatenate(
             [
-                np.full(n_w1, self.w_input),
+                np.full(n_w1, self.w_input_per_feature * layout.n_features),
                 [
                     self.w_hidden_bias,
                     self.w_output_per_hidden * layout.n_hidden,

@@ -306,13 +306,32 @@ class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
             ],
             axis=2,
         ).transpose(1, 0, 2)
-        self.rhat_ = float(np.max(split_rhat(monitored)))
+        rhat = split_rhat(monitored)
+        self.rhat_ = float(np.max(rhat))
         self.ess_ = float(np.min(effective_sample_size(monitored)))
         if self.rhat_ > 1.05:
+            # Name the worst quantity: users act differently on a prediction
+            # than on a prior precision that mixes slowly.
+            n_pred, n_noise = outputs.shape[2] * outputs.shape[3], outputs.shape[3]
+            worst = int(np.argmax(rhat))
+            if worst < n_pred:
+                what = f"the prediction at training sample {worst // n_noise}"
+            elif worst < n_pred + n_noise:
+                what = "the noise precision"
+            else:
+                what = f"weight-group precision {worst - n_pred - n_noise}"
             warnings.warn(
                 f"The {n_chains} chains disagree: largest split R-hat "
-                f"{self.rhat_:.3f} > 1.05 (smallest bulk ESS {self.ess_:.0f}). "
-                "Increase n_samples, n_warmup or n_leapfrog.",
+                f"{self.rhat_:.3f} > 1.05, for {what} (smallest bulk ESS "
+                f"{self.ess_:.0f}). Increase n_samples, n_warmup or n_leapfrog.",
+                ConvergenceWarning,
+            )
+        n_divergent = int(np.sum(self.n_divergent_))
+        if n_divergent:
+            warnings.warn(
+                f"{n_divergent} divergent trajectories after warm-up (energy "
+                "error above 1000): the step size is too large for part of the "
+                "posterior. Increase target_accept.",
                 ConvergenceWarning,
             )
 
