@@ -420,10 +420,15 @@ def _symmetric_pair_moments(loc, order):
     half = erf_pair_moments(
         abar[:, iu], abar[:, ju], sdiag[:, iu], S[:, iu, ju], sdiag[:, ju], order
     )
-    J = np.empty((order + 1, order + 1, n, H, H))
-    J[:, :, :, iu, ju] = half
-    J[:, :, :, ju, iu] = np.swapaxes(half, 0, 1)
-    return J
+    pair = np.empty((H, H), dtype=np.intp)
+    pair[iu, ju] = np.arange(iu.size)
+    pair[ju, iu] = np.arange(iu.size)
+    upper = np.arange(H)[:, None] <= np.arange(H)[None, :]
+    return np.where(
+        upper,
+        np.take(half, pair, axis=3),
+        np.take(np.swapaxes(half, 0, 1), pair, axis=3),
+    )
 
 
 def _data_moments(loc, order):

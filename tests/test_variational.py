@@ -1,0 +1,147 @@
+"""EnsembleLearningRegressor against independent references.
+
+Predictive moments against Monte Carlo draws from Q (``sample_y``), the bound's
+monotonicity across phases, the predictive band on 1-D data, test RMSE against
+MLPRegressor on friedman1, and the built-in leave-one-out error against
+brute-force refits.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_friedman1
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.neural_network import MLPRegressor
+
+from sklearn_meanfield import EnsembleLearningRegressor
+
+FAST = dict(n_restarts=1, max_iter=6, inner_max_iter=50, tol=1e-3, random_state=0)
+
+
+def _fit(X, y, **params):
+    settings = {**FAST, **params}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return EnsembleLearningRegressor(**settings).fit(X, y)
+
+
+def _sine(n=40, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.uniform(-1.5, 1.5, size=(n, 1))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=n)
+    return X, y
+
+
+def test_predictive_sd_grows_away_from_the_data():
+    X, y = _sine()
+    model = _fit(X, y, hidden_layer_size=4)
+    grid = np.array([[-6.0], [-4.0], [0.0], [4.0], [6.0]])
+    mean, std = model.predict(grid, return_std=True)
+    noise_sd = model.alpha_[0] ** -0.5
+    # Inside the data the band is close to the noise level; outside it widens.
+    assert std[2] < 1.5 * noise_sd
+    assert std[1] > 2 * std[2] and std[3] > 2 * std[2]
+    assert std[0] >= std[1] * 0.99 and std[4] >= std[3] * 0.99
+    assert model.score(X, y) > 0.95
+
+
+def test_bound_never_decreases_across_phases():
+    X, y = _sine(seed=1)
+    for covariance in ("full", "lowrank", "diag"):
+        model = _fit(X, y, hidden_layer_size=3, covariance=covariance, tol=0.0)
+        scores = model.scores_
+        assert scores.shape == (model.n_iter_,)
+        assert np.all(np.diff(scores) >= -1e-9 * np.abs(scores[1:])), covariance
+
+
+def test_predict_matches_monte_carlo_of_sample_y_multi_output():
+    X, y = make_friedman1(n_samples=60, n_features=5, noise=0.3, random_state=0)
+    Y = np.column_stack([y, np.sin(3 * X[:, 0])])
+    model = _fit(X, Y, hidden_layer_size=3)
+    mean, std = model.predict(X[:5], return_std=True)
+    assert mean.shape == std.shape == (5, 2)
+    n_draws = 200_000
+    draws = model.sample_y(X[:5], n_samples=n_draws, random_state=1)
+    assert draws.shape == (5, 2, n_draws)
+    se = draws.std(axis=2) / np.sqrt(n_draws)
+    assert np.all(np.abs(draws.mean(axis=2) - mean) <= 4 * se)
+    # Standard error of a sample sd is about sd / sqrt(2 n).
+    assert np.all(np.abs(draws.std(axis=2) - std) <= 4 * std / np.sqrt(2 * n_draws))
+    # One-output fits return 1-D predictions and (n_X, n_samples) draws.
+    single = _fit(X, y, hidden_layer_size=3)
+    assert single.predict(X[:5]).shape == (5,)
+    assert single.sample_y(X[:5], n_samples=3).shape == (5, 3)
+    assert single.loo_prediction_.shape == y.shape
+
+
+def test_fitted_attributes_and_units():
+    X, y = _sine(seed=2)
+    model = _fit(X, 100 * y + 7, hidden_layer_size=3)
+    k = 3 * (1 + 1) + 3
+    assert model.mean_.shape == (k,)
+    assert model.covariance_.shape == (k, k)
+    np.testing.assert_allclose(model.covariance_, model.covariance_.T)
+    assert np.all(np.linalg.eigvalsh(model.covariance_) > 0)
+    assert model.lambda_.shape == (3,)
+    # The noise precision is reported in the units of y: about 1 / (100 * 0.1)^2.
+    assert 0.2 / 100 < model.alpha_[0] < 5 / 100
+    # Targets are standardised internally, so rescaling y rescales the model;
+    # round-off differences grow along the L-BFGS path, hence the tolerances.
+    reference = _fit(X, y, hidden_layer_size=3)
+    np.testing.assert_allclose(
+        model.predict(X), 100 * reference.predict(X) + 7, atol=0.01 * 100
+    )
+    # Bound of the rescaled data = bound of the original minus n log(100).
+    np.testing.assert_allclose(
+        model.scores_, reference.scores_ - len(y) * np.log(100.0), rtol=1e-3
+    )
+
+
+def test_restarts_do_not_depend_on_n_jobs():
+    X, y = _sine(n=30, seed=3)
+    models = [
+        _fit(X, y, hidden_layer_size=2, n_restarts=2, max_iter=2, n_jobs=n_jobs)
+        for n_jobs in (1, 2)
+    ]
+    np.testing.assert_array_equal(models[0].predict(X), models[1].predict(X))
+    np.testing.assert_array_equal(models[0].scores_, models[1].scores_)
+
+
+def test_verbose_reports_the_bound(capsys):
+    X, y = _sine(n=20)
+    _fit(X, y, hidden_layer_size=2, max_iter=2, verbose=1)
+    out = capsys.readouterr().out
+    assert "phase 1: bound" in out and "phase 2: bound" in out
+
+
+@pytest.mark.slow
+def test_friedman1_beats_mlp_and_ard_finds_relevant_inputs():
+    X, y = make_friedman1(n_samples=1200, noise=1.0, random_state=0)
+    X_train, y_train, X_test, y_test = X[:200], y[:200], X[200:], y[200:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = EnsembleLearningRegressor(hidden_layer_size=8, random_state=0)
+        model.fit(X_train, y_train)
+        mlp = MLPRegressor(random_state=0).fit(X_train, y_train)
+    rmse = np.sqrt(np.mean((model.predict(X_test) - y_test) ** 2))
+    mlp_rmse = np.sqrt(np.mean((mlp.predict(X_test) - y_test) ** 2))
+    assert rmse < mlp_rmse
+    # Inputs 5-9 are noise: their prior precisions exceed those of inputs 0, 1.
+    relevant = model.lambda_[[0, 1]]
+    assert np.min(model.lambda_[5:10]) > np.max(relevant)
+
+
+@pytest.mark.slow
+def test_leave_one_out_error_close_to_brute_force_refits():
+    rng = np.random.RandomState(4)
+    X = rng.uniform(-2, 2, size=(40, 2))
+    y = np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.2 * rng.normal(size=40)
+    params = dict(hidden_layer_size=3, max_iter=10, tol=1e-4)
+    model = _fit(X, y, **params)
+    refits = np.empty_like(y)
+    for i in range(len(y)):
+        keep = np.arange(len(y)) != i
+        refits[i] = _fit(X[keep], y[keep], **params).predict(X[i : i + 1])[0]
+    brute = np.mean((y - refits) ** 2)
+    assert model.loo_error_ == pytest.approx(brute, rel=0.15)
