@@ -213,8 +213,10 @@ def test_digits_held_out_log_likelihood_against_bernoulli_rbm():
 
     ours_ll, peer_ll = exact(ours), exact(peer)
     # Measured: BetheRBM -22.26, BernoulliRBM -22.31 nats per digit (random
-    # states 0 and 1: -21.94 vs -22.04).  At learning rate 0.05 BetheRBM's lead
-    # grows (-20.09 vs -20.29) but so does the Bethe gap below (2.1 nats).
+    # state 1: -21.94 vs -22.04).  At learning rate 0.05 the training path is
+    # sensitive to rounding (BetheRBM -20.09 to -20.76 across tolerances and
+    # float-level changes, BernoulliRBM -20.29) and the Bethe gap below
+    # reaches 1.9-2.2 nats, so this test uses 0.02.
     assert ours_ll >= peer_ll - 0.5
     # The Bethe estimate is within 2 nats of the exact value (measured gap
     # +1.0: the Bethe log Z misses part of the mass of a multi-modal model,
