@@ -1,0 +1,159 @@
+"""EnsembleLearningRegressor next to its peers: test RMSE, NLPD and fit time.
+
+Data: ``make_friedman1`` (noise sd 1, n_train = 200 and 1000, 2000 test points)
+and ``load_diabetes`` (a fixed 75/25 split).  Peers: MLPRegressor,
+BayesianRidge, GaussianProcessRegressor (ARD RBF + white noise) and, when the
+package exports it, HMCNetworkRegressor; our estimator with full, low-rank and
+diagonal covariance.  Ratios are to the full-covariance row of each data set
+(RMSE and time: ratio; NLPD: difference, since it is a log score).
+
+NLPD is the mean negative log density of the test targets under each model's
+Gaussian predictive distribution; MLPRegressor has none, so it gets a Gaussian
+with the training residual sd (a plug-in, marked with *).
+
+Fit times are CPU seconds of one process (every model runs with n_jobs=1).
+
+Run: ``python benchmarks/bench_ensemble_learning.py [--quick]``.
+"""
+
+import argparse
+import time
+import warnings
+
+import numpy as np
+from sklearn.datasets import load_diabetes, make_friedman1
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+from sklearn.linear_model import BayesianRidge
+from sklearn.model_selection import train_test_split
+from sklearn.neural_network import MLPRegressor
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+import sklearn_meanfield
+from sklearn_meanfield import EnsembleLearningRegressor
+
+
+def datasets(quick):
+    sizes = (200,) if quick else (200, 1000)
+    for n in sizes:
+        X, y = make_friedman1(n_samples=n + 2000, noise=1.0, random_state=0)
+        yield f"friedman1 n={n}", X[:n], y[:n], X[n:], y[n:]
+    if not quick:
+        X, y = load_diabetes(return_X_y=True)
+        X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.25, random_state=0)
+        yield f"diabetes n={len(y_tr)}", X_tr, y_tr, X_te, y_te
+
+
+def models(quick, n_features):
+    ours = dict(
+        hidden_layer_size=8,
+        n_restarts=1 if quick else 2,
+        max_iter=6 if quick else 15,
+        inner_max_iter=100,
+        tol=1e-3,
+        random_state=0,
+        n_jobs=1,
+    )
+    yield "ensemble full", EnsembleLearningRegressor(covariance="full", **ours)
+    yield (
+        "ensemble lowrank(4)",
+        EnsembleLearningRegressor(covariance="lowrank", rank=4, **ours),
+    )
+    yield "ensemble diag", EnsembleLearningRegressor(covariance="diag", **ours)
+    yield "MLPRegressor", MLPRegressor(max_iter=2000, random_state=0)
+    yield "BayesianRidge", BayesianRidge()
+    kernel = ConstantKernel() * RBF(np.ones(n_features)) + WhiteKernel()
+    yield (
+        "GaussianProcessRegressor",
+        GaussianProcessRegressor(
+            kernel,
+            normalize_y=True,
+            n_restarts_optimizer=0 if quick else 2,
+            random_state=0,
+        ),
+    )
+    if hasattr(sklearn_meanfield, "HMCNetworkRegressor"):
+        hmc = dict(hidden_layer_size=8, random_state=0, n_jobs=1)
+        if quick:
+            hmc.update(n_samples=50, n_warmup=50, n_chains=2)
+        yield "HMCNetworkRegressor", sklearn_meanfield.HMCNetworkRegressor(**hmc)
+
+
+def nlpd(y, mean, std):
+    return float(
+        np.mean(0.5 * np.log(2 * np.pi * std**2) + 0.5 * ((y - mean) / std) ** 2)
+    )
+
+
+def evaluate(model, X_tr, y_tr, X_te, y_te):
+    pipe = make_pipeline(StandardScaler(), model)
+    # CPU time of this process (everything runs in it with n_jobs=1): wall
+    # time means little on a shared machine.
+    start = time.process_time()
+    pipe.fit(X_tr, y_tr)
+    seconds = time.process_time() - start
+    plug_in = False
+    try:
+        # The GP's std includes its WhiteKernel noise, like ours and BayesianRidge's.
+        mean, std = pipe.predict(X_te, return_std=True)
+    except TypeError:
+        mean = pipe.predict(X_te)
+        std = np.full_like(mean, np.std(y_tr - pipe.predict(X_tr)))
+        plug_in = True
+    rmse = float(np.sqrt(np.mean((y_te - mean) ** 2)))
+    return rmse, nlpd(y_te, mean, std), seconds, plug_in
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one small data set")
+    args = parser.parse_args(argv)
+    header = (
+        "data set",
+        "model",
+        "RMSE",
+        "RMSE ratio",
+        "NLPD",
+        "NLPD diff",
+        "fit cpu s",
+        "time ratio",
+    )
+    rows = []
+    for name, X_tr, y_tr, X_te, y_te in datasets(args.quick):
+        reference = None
+        for label, model in models(args.quick, X_tr.shape[1]):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                rmse, score, seconds, plug_in = evaluate(model, X_tr, y_tr, X_te, y_te)
+            if reference is None:
+                reference = (rmse, score, seconds)
+            rows.append(
+                (
+                    name,
+                    label,
+                    f"{rmse:.3f}",
+                    f"{rmse / reference[0]:.2f}",
+                    f"{score:.3f}" + ("*" if plug_in else ""),
+                    f"{score - reference[1]:+.3f}",
+                    f"{seconds:.2f}",
+                    f"{seconds / reference[2]:.2f}",
+                )
+            )
+            print("  ".join(rows[-1]), flush=True)
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
+    print()
+    print(line.format(*header))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print(line.format(*row))
+    print(
+        "\nRatios and differences are to 'ensemble full' on the same data set; "
+        "* = plug-in Gaussian with the training residual sd."
+    )
+
+
+if __name__ == "__main__":
+    main()
