@@ -11,6 +11,7 @@ import numpy as np
 
 from .._progress import ProgressReporter
 from ._network import (
+    augment,
     forward,
     gibbs_precisions,
     log_posterior_and_grad,
@@ -108,6 +109,7 @@ def run_chains(
     reporter = ProgressReporter(verbose, f"HMCNetworkRegressor chains {chain_ids}")
     n_train = X.shape[0]
     X_sq_sum = np.sum(X**2, axis=0)
+    X_aug_t = augment(X)
 
     group_precision = np.tile(prior.group_means(layout), (n_chains, 1))
     # Start with little noise so the weights are pulled towards the data first.
@@ -120,7 +122,9 @@ def run_chains(
         precision = prior_precision_vector(groups, layout)
 
         def target(q):
-            return log_posterior_and_grad(q, X, Y, noise, precision, layout)
+            return log_posterior_and_grad(
+                q, X, Y, noise, precision, layout, X_augmented_T=X_aug_t
+            )
 
         return target
 

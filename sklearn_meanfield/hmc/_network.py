@@ -162,13 +162,25 @@ def forward(theta, X, layout):
     return np.matmul(hidden, w2) + b2[:, None, :], hidden
 
 
-def log_posterior_and_grad(theta, X, Y, noise_precision, prior_precision, layout):
+def augment(X):
+    """``[X, 1]``, transposed and contiguous: the input side of the gradient.
+
+    With a column of ones the hidden biases are one more row of W1 (they follow
+    W1 in the flat vector, so ``[W1; b1]`` is a (d + 1, H) view of it), which
+    saves the bias additions and sums of every gradient.
+    """
+    return np.ascontiguousarray(np.hstack([X, np.ones((X.shape[0], 1))]).T)
+
+
+def log_posterior_and_grad(
+    theta, X, Y, noise_precision, prior_precision, layout, X_augmented_T=None
+):
     """Log posterior of the weights given the precisions, and its gradient.
 
     ``log p = -1/2 sum_k tau_k sum_i (y_ik - f_k(x_i))^2
     - 1/2 sum_j lambda_j theta_j^2`` up to a constant in theta.  The gradient
-    takes two matrix products each way: forward ``X W1`` and ``Z W2``,
-    backward ``R W2^T`` and ``X^T dA`` (plus ``Z^T R`` for W2).
+    takes two matrix products each way: forward ``[X, 1] [W1; b1]`` and
+    ``Z W2``, backward ``R W2^T`` and ``[X, 1]^T dA`` (plus ``Z^T R`` for W2).
 
     Parameters
     ----------
@@ -179,37 +191,39 @@ def log_posterior_and_grad(theta, X, Y, noise_precision, prior_precision, layout
     prior_precision : ndarray of shape (n_chains, n_params)
         Precision of every weight (its group's hyperparameter).
     layout : NetworkLayout
+    X_augmented_T : ndarray of shape (n_features + 1, n_samples), default=None
+        ``augment(X)``, precomputed by callers that evaluate many gradients.
 
     Returns
     -------
     log_prob : ndarray of shape (n_chains,)
     grad : ndarray of shape (n_chains, n_params)
     """
-    w1, b1, w2, b2 = layout.unpack(theta)
-    hidden = _tanh(np.matmul(X, w1) + b1[:, None, :])
-    outputs = np.matmul(hidden, w2) + b2[:, None, :]
-    residual = Y - outputs
+    xa_t = augment(X) if X_augmented_T is None else X_augmented_T
+    n_chains = theta.shape[0]
+    d1, h, m = layout.n_features + 1, layout.n_hidden, layout.n_outputs
+    k1, k2 = d1 * h, d1 * h + h * m
+    v1 = theta[:, :k1].reshape(n_chains, d1, h)  # [W1; b1]
+    w2 = theta[:, k1:k2].reshape(n_chains, h, m)
+    b2 = theta[:, k2:]
+    hidden = _tanh(np.matmul(xa_t.T, v1))
+    residual = Y - (np.matmul(hidden, w2) + b2[:, None, :])
     weighted = residual * noise_precision[:, None, :]
+    prior_term = prior_precision * theta
     log_prob = -0.5 * (
         np.einsum("cnm,cnm->c", residual, weighted)
-        + np.einsum("cp,cp->c", prior_precision * theta, theta)
+        + np.einsum("cp,cp->c", prior_term, theta)
     )
-    grad_b2 = weighted.sum(axis=1)
-    grad_w2 = np.matmul(hidden.transpose(0, 2, 1), weighted)
+    grad = np.empty_like(theta)
     # Back through tanh: d tanh(a) / da = 1 - tanh(a)^2.
-    delta = np.matmul(weighted, w2.transpose(0, 2, 1)) * (1.0 - hidden**2)
-    grad_w1 = np.matmul(X.T, delta)
-    grad_b1 = delta.sum(axis=1)
-    grad = np.concatenate(
-        [
-            grad_w1.reshape(theta.shape[0], -1),
-            grad_b1,
-            grad_w2.reshape(theta.shape[0], -1),
-            grad_b2,
-        ],
-        axis=1,
+    delta = np.matmul(weighted, w2.transpose(0, 2, 1))
+    delta *= 1.0 - hidden * hidden
+    grad[:, :k1] = np.matmul(xa_t, delta).reshape(n_chains, -1)
+    grad[:, k1:k2] = np.matmul(hidden.transpose(0, 2, 1), weighted).reshape(
+        n_chains, -1
     )
-    grad -= prior_precision * theta
+    grad[:, k2:] = weighted.sum(axis=1)
+    grad -= prior_term
     return log_prob, grad
 
 
