@@ -104,7 +104,8 @@ class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
         outputs jointly).
     pareto_k_ : ndarray of shape (n_samples,)
         PSIS shape estimate per training point; above 0.7 the point's
-        leave-one-out estimate is unreliable.
+        leave-one-out estimate is unreliable (``inf`` when too few distinct
+        draws fall in the tail to fit it).
     acceptance_rate_ : ndarray of shape (n_chains,)
         Fraction of trajectories accepted after warm-up.
     step_size_ : ndarray of shape (n_chains,)
