@@ -115,6 +115,21 @@ def test_verbose_reports_the_bound(capsys):
     assert "phase 1: bound" in out and "phase 2: bound" in out
 
 
+def test_psis_leave_one_out_agrees_with_cavity_multi_output():
+    X, y = make_friedman1(n_samples=60, n_features=5, noise=0.3, random_state=0)
+    Y = np.column_stack([y, np.sin(3 * X[:, 0])])
+    cavity = _fit(X, Y, hidden_layer_size=3)
+    psis = _fit(X, Y, hidden_layer_size=3, loo="psis")
+    assert psis.pareto_k_.shape == Y.shape
+    assert not hasattr(cavity, "pareto_k_")
+    # Same fit, two routes to the leave-one-out means: close to each other,
+    # and both above the training error.
+    np.testing.assert_array_equal(cavity.predict(X), psis.predict(X))
+    train = np.mean((Y - cavity.predict(X)) ** 2)
+    assert cavity.loo_error_ > train and psis.loo_error_ > train
+    assert psis.loo_error_ == pytest.approx(cavity.loo_error_, rel=0.2)
+
+
 @pytest.mark.slow
 def test_friedman1_beats_mlp_and_ard_finds_relevant_inputs():
     X, y = make_friedman1(n_samples=1200, noise=1.0, random_state=0)
@@ -145,3 +160,5 @@ def test_leave_one_out_error_close_to_brute_force_refits():
         refits[i] = _fit(X[keep], y[keep], **params).predict(X[i : i + 1])[0]
     brute = np.mean((y - refits) ** 2)
     assert model.loo_error_ == pytest.approx(brute, rel=0.15)
+    psis = _fit(X, y, loo="psis", **params)
+    assert psis.loo_error_ == pytest.approx(brute, rel=0.15)

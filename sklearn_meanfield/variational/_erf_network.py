@@ -36,6 +36,9 @@ __all__ = [
     "unpack",
     "init_params",
     "output_moments",
+    "sample_outputs",
+    "cavity_loo",
+    "psis_loo",
     "negative_bound",
     "joint_negative_bound",
     "reestimate",
@@ -697,3 +700,72 @@ def joint_negative_bound(params, X1, T, shape, groups):
     grad_alpha = 0.5 * (alpha * stats["sq_err"] - n)
     grad_lam = 0.5 * (lam_groups * sums - counts)
     return value, np.concatenate([grad_theta, grad_alpha, grad_lam])
+
+
+def sample_outputs(X1, theta, shape, rng, n_draws):
+    """Network outputs for ``n_draws`` weight vectors drawn from ``Q``.
+
+    Parameters
+    ----------
+    X1 : ndarray of shape (n_samples, n_inputs + 1)
+    theta : ndarray
+    shape : NetworkShape
+    rng : numpy.random.RandomState
+    n_draws : int
+
+    Returns
+    -------
+    f : ndarray of shape (n_draws, n_samples, n_outputs)
+    """
+    wbar, log_diag, F = unpack(theta, shape)
+    scale = np.sqrt(_diag_part(log_diag, shape))
+    w = wbar + rng.standard_normal((n_draws, shape.n_weights)) * scale
+    w = w + rng.standard_normal((n_draws, F.shape[1])) @ F.T
+    H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
+    U = w[:, : shape.n_u].reshape(n_draws, H, P)
+    V = w[:, shape.n_u :].reshape(n_draws, H, M)
+    hidden = erf(np.einsum("np,shp->snh", X1, U) / _SQRT2)
+    return np.einsum("snh,shm->snm", hidden, V)
+
+
+def cavity_loo(T, mean, second, alpha, max_leverage=0.9):
+    """Leave-one-out means by removing each point's Gaussian site.
+
+    Under ``Q`` the output at a training point is ``N(<f>, s^2)``; dividing out
+    the likelihood ``N(t; f, 1 / alpha)`` leaves the cavity, whose mean is
+    ``t - (t - <f>) / (1 - alpha s^2)`` (exact for a linear-Gaussian model,
+    where ``alpha s^2`` is the leverage).  The leverage is capped at
+    ``max_leverage`` so that a point the fit cannot explain stays finite.
+
+    Returns
+    -------
+    loo_mean : ndarray of the shape of ``T``
+    """
+    var_f = np.maximum(second - mean * mean, 0.0)
+    leverage = np.minimum(alpha * var_f, max_leverage)
+    return T - (T - mean) / (1.0 - leverage)
+
+
+def psis_loo(X1, T, theta, shape, alpha, rng, n_draws=2000):
+    """Leave-one-out means by Pareto-smoothed importance sampling from ``Q``.
+
+    ``Q`` stands in for the posterior; the leave-one-out posterior of point
+    ``n`` is reached with weights ``1 / p(t_n | w)``, smoothed by PSIS
+    (:func:`sklearn_meanfield._loo.psis_smooth`), one output at a time.
+
+    Returns
+    -------
+    loo_mean : ndarray of the shape of ``T``
+    pareto_k : ndarray of the shape of ``T``
+    """
+    from .._loo import psis_smooth
+
+    f = sample_outputs(X1, theta, shape, rng, n_draws)  # (S, n, M)
+    loo = np.empty_like(T)
+    pareto_k = np.empty_like(T)
+    for m in range(T.shape[1]):
+        log_w = 0.5 * alpha[m] * (T[:, m] - f[:, :, m]) ** 2
+        smoothed, k = psis_smooth(log_w)
+        loo[:, m] = np.sum(np.exp(smoothed) * f[:, :, m], axis=0)
+        pareto_k[:, m] = k
+    return loo, pareto_k

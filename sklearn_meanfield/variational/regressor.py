@@ -5,7 +5,6 @@ from numbers import Integral, Real
 
 import numpy as np
 from scipy.optimize import minimize
-from scipy.special import erf
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
@@ -17,13 +16,15 @@ from .._parallel import run_restarts, select_best
 from .._progress import ProgressReporter
 from ._erf_network import (
     NetworkShape,
-    _diag_part,
+    cavity_loo,
     covariance_matrix,
     init_params,
     joint_negative_bound,
     negative_bound,
     output_moments,
+    psis_loo,
     reestimate,
+    sample_outputs,
     unpack,
     weight_groups,
 )
@@ -173,6 +174,12 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         Workers for the restarts; None defers to ``joblib.parallel_config``.
     verbose : int, default=0
         Print the bound after every phase when >= 1.
+    loo : {"cavity", "psis"}, default="cavity"
+        How ``loo_prediction_`` is computed without refitting: ``"cavity"``
+        removes each point's Gaussian site from the closed-form predictive of
+        ``f`` (deterministic, free); ``"psis"`` importance-samples 2000 draws
+        from ``Q`` to each leave-one-out posterior with Pareto smoothing and
+        also sets ``pareto_k_``.
 
     Attributes
     ----------
@@ -198,6 +205,9 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         in the Gaussian approximation (no refitting).
     loo_error_ : float
         Leave-one-out mean squared error, averaged over outputs.
+    pareto_k_ : ndarray of the shape of ``y``
+        PSIS tail shape per training point (only with ``loo="psis"``; above
+        0.7 the estimate for that point is unreliable).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Defined when ``X`` has string feature names.
@@ -209,9 +219,9 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
 
     Notes
     -----
-    The leave-one-out predictions remove each point's Gaussian site from the
-    predictive distribution of ``f`` at that point: with ``<f>`` and
-    ``s^2 = <f^2> - <f>^2`` under ``Q``, the leave-one-out mean is
+    With ``loo="cavity"`` the leave-one-out predictions remove each point's
+    Gaussian site from the predictive distribution of ``f`` at that point: with
+    ``<f>`` and ``s^2 = <f^2> - <f>^2`` under ``Q``, the leave-one-out mean is
     ``y - (y - <f>) / (1 - alpha s^2)`` (exact for a linear-Gaussian model;
     ``alpha s^2`` is capped at 0.9).
 
@@ -249,6 +259,7 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         "random_state": ["random_state"],
         "n_jobs": [None, Integral],
         "verbose": ["verbose"],
+        "loo": [StrOptions({"cavity", "psis"})],
     }
 
     def __init__(
@@ -266,6 +277,7 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        loo="cavity",
     ):
         self.hidden_layer_size = hidden_layer_size
         self.covariance = covariance
@@ -279,6 +291,7 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.loo = loo
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -347,10 +360,16 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         self.alpha_ = self._alpha_std / y_scale**2
         self.lambda_ = best["lam_groups"]
 
-        mean, second = output_moments(X1, self._theta, shape)
-        var_f = np.maximum(second - mean * mean, 0.0)
-        leverage = np.minimum(self._alpha_std * var_f, 0.9)
-        loo_std = T - (T - mean) / (1.0 - leverage)
+        if self.loo == "cavity":
+            if hasattr(self, "pareto_k_"):  # from an earlier fit with "psis"
+                del self.pareto_k_
+            mean, second = output_moments(X1, self._theta, shape)
+            loo_std = cavity_loo(T, mean, second, self._alpha_std)
+        else:
+            loo_std, pareto_k = psis_loo(
+                X1, T, self._theta, shape, self._alpha_std, rng
+            )
+            self.pareto_k_ = pareto_k.reshape(y.shape)
         loo = self._y_scaler.inverse_mean(loo_std)
         self.loo_prediction_ = loo.reshape(y.shape)
         self.loo_error_ = float(np.mean((y - self.loo_prediction_) ** 2))
@@ -422,17 +441,8 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         rng = check_random_state(
             self.random_state if random_state is None else random_state
         )
-        shape = self._shape
-        X1 = self._augment(X)
-        wbar, log_diag, F = unpack(self._theta, shape)
-        diag = np.sqrt(_diag_part(log_diag, shape))
-        z = rng.standard_normal((n_samples, shape.n_weights))
-        w = wbar + z * diag + rng.standard_normal((n_samples, F.shape[1])) @ F.T
-        H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
-        U = w[:, : shape.n_u].reshape(n_samples, H, P)
-        V = w[:, shape.n_u :].reshape(n_samples, H, M)
-        hidden = erf(np.einsum("np,shp->snh", X1, U) / np.sqrt(2.0))
-        f = np.einsum("snh,shm->nms", hidden, V)
+        f = sample_outputs(self._augment(X), self._theta, self._shape, rng, n_samples)
+        f = np.transpose(f, (1, 2, 0))  # (n_X, n_outputs, n_samples)
         noise = rng.standard_normal(f.shape) / np.sqrt(self._alpha_std)[:, None]
         draws = (f + noise) * self._y_scaler.scale[:, None] + self._y_scaler.mean[
             :, None
