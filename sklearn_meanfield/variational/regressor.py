@@ -238,7 +238,8 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
     >>> X = rng.uniform(-2, 2, size=(40, 1))
     >>> y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=40)
     >>> model = EnsembleLearningRegressor(
-    ...     hidden_layer_size=4, n_restarts=1, max_iter=10, tol=1e-2, random_state=0
+    ...     hidden_layer_size=3, n_restarts=1, max_iter=5, inner_max_iter=50,
+    ...     tol=1e-2, random_state=0,
     ... )
     >>> model = model.fit(X, y)
     >>> mean, std = model.predict(X[:3], return_std=True)
