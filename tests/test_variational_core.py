@@ -268,3 +268,20 @@ def test_reestimation_maximises_the_bound(covariance):
             lg = lam_groups.copy()
             lg[g] *= factor
             assert bound(alpha_new, lg) < best
+
+
+@pytest.mark.parametrize("covariance", ["full", "lowrank", "diag"])
+def test_wild_trial_points_give_finite_bound_and_gradient(covariance):
+    # L-BFGS line searches can try huge steps: no NaN or overflow may escape
+    # (RuntimeWarnings are errors in this test suite).
+    X1, T, shape, theta, alpha, lam = _problem(covariance)
+    k = shape.n_weights
+    for log_sd in (-1e3, 1e3):
+        wild = theta.copy()
+        wild[k : 2 * k] = log_sd
+        value, grad = negative_bound(wild, X1, T, alpha, lam, shape)
+        assert np.isfinite(value) and np.all(np.isfinite(grad))
+    wild = theta.copy()
+    wild[:k] = 1e8
+    value, grad = negative_bound(wild, X1, T, alpha, lam, shape)
+    assert np.isfinite(value) and np.all(np.isfinite(grad))

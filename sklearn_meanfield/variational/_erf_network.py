@@ -238,13 +238,16 @@ def erf_pair_moments(m1, m2, s11, s12, s22, order=2):
     for q, value in enumerate(_moments_against_g(m2, m1, s22, s12, s11, order), 1):
         J[0, q] = value
     if order >= 2:
-        det = v1 * v2 - s12 * s12
+        # det(S + I) = 1 + s11 + s22 + det(S), with det(S) >= 0 computed on its
+        # own: v1 v2 - s12^2 cancels catastrophically for broad activations.
+        det_s = np.maximum(s11 * s22 - s12 * s12, 0.0)
+        det = 1.0 + s11 + s22 + det_s
         quad = (v2 * m1 * m1 - 2.0 * s12 * m1 * m2 + v1 * m2 * m2) / det
         scale = 4.0 * np.exp(-0.5 * quad) / (2.0 * np.pi * np.sqrt(det))
         mu1 = (v2 * m1 - s12 * m2) / det
         mu2 = (v1 * m2 - s12 * m1) / det
-        t11 = (s11 * v2 - s12 * s12) / det
-        t22 = (s22 * v1 - s12 * s12) / det
+        t11 = (s11 + det_s) / det
+        t22 = (s22 + det_s) / det
         t12 = s12 / det
         for p in range(1, order):
             for q in range(1, order + 1 - p):
@@ -306,7 +309,9 @@ def unpack(theta, shape):
     """
     k = shape.n_weights
     wbar = theta[:k]
-    log_diag = theta[k : 2 * k]
+    # A wild L-BFGS trial step must not overflow exp (or underflow it to a
+    # zero variance); the bound's optimum lies far inside this range.
+    log_diag = np.clip(theta[k : 2 * k], -20.0, 10.0)
     if shape.covariance == "full":
         F = np.zeros((k, k))
         F[shape._tril] = theta[2 * k :]
