@@ -58,8 +58,6 @@ fits = {
         hidden_layer_size=8,
         covariance=covariance,
         n_restarts=1,
-        max_iter=10,
-        tol=1e-4,
         random_state=0,
     ).fit(X_f, y_f)
     for covariance in ("full", "lowrank", "diag")

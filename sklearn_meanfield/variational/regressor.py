@@ -161,7 +161,7 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         hyperparameters jointly.
     inner_max_iter : int, default=100
         L-BFGS iterations per phase.
-    tol : float, default=1e-4
+    tol : float, default=1e-3
         Stop when a phase raises the bound by less than ``tol * |bound|``.
     alpha_init : float, default=25.0
         Initial noise precision of the standardised targets.
@@ -272,7 +272,7 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         n_restarts=2,
         max_iter=20,
         inner_max_iter=100,
-        tol=1e-4,
+        tol=1e-3,
         alpha_init=25.0,
         init_std=0.1,
         random_state=None,
