@@ -63,8 +63,10 @@ def _fit_restart_single_thread(
 ):
     """Body of :func:`_fit_restart`.
 
-    Alternates an L-BFGS phase on ``(wbar, C)`` at fixed hyperparameters with
-    their closed-form re-estimation; the bound is recorded after every phase.
+    Each phase runs L-BFGS (on ``Q`` alone in the first phase, on ``Q`` and the
+    log hyperparameters afterwards) and ends with the closed-form
+    re-estimation of the hyperparameters; neither step can lower the bound,
+    which is recorded after every phase.
     """
     rng = np.random.RandomState(seed)
     reporter = ProgressReporter(verbose, f"EnsembleLearning seed={seed}")
@@ -86,14 +88,13 @@ def _fit_restart_single_thread(
         # inputs); later phases move Q and the hyperparameters together, which
         # needs far fewer phases than plain alternation.
         joint = n_iter > 1
-        fixed = lam_groups
         if joint:
             start = np.concatenate([theta, np.log(alpha), np.log(lam_groups)])
             objective, args, bounds = joint_negative_bound, (X1, T, shape, groups), box
         else:
             start = theta
             objective = negative_bound
-            args, bounds = (X1, T, alpha, fixed[groups], shape), None
+            args, bounds = (X1, T, alpha, lam_groups[groups], shape), None
         result = minimize(
             objective,
             start,
