@@ -22,9 +22,12 @@ ten inputs matter.
 # The predictive standard deviation combines the noise level ``1 / alpha_``
 # with the spread of the network output under ``Q``; it grows where there are
 # no data.
+import warnings
+
 import matplotlib.pyplot as plt
 import numpy as np
 from sklearn.datasets import make_friedman1
+from sklearn.exceptions import ConvergenceWarning
 
 from sklearn_meanfield import EnsembleLearningRegressor
 
@@ -52,16 +55,20 @@ fig.tight_layout()
 # hyperparameters), then re-estimates the hyperparameters exactly; the bound on
 # the log evidence never decreases.  The three covariance families are nested,
 # so the full covariance reaches the highest bound.
+#
+# Late phases mostly raise the precisions of the irrelevant inputs further
+# (their weights are already switched off), so the bound creeps up by a few
+# tenths per phase while the predictions no longer change; we silence the
+# ConvergenceWarning that reports it.
 X_f, y_f = make_friedman1(n_samples=200, noise=1.0, random_state=0)
-fits = {
-    covariance: EnsembleLearningRegressor(
-        hidden_layer_size=8,
-        covariance=covariance,
-        n_restarts=1,
-        random_state=0,
-    ).fit(X_f, y_f)
-    for covariance in ("full", "lowrank", "diag")
-}
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    fits = {
+        covariance: EnsembleLearningRegressor(
+            hidden_layer_size=8, covariance=covariance, n_restarts=1, random_state=0
+        ).fit(X_f, y_f)
+        for covariance in ("full", "lowrank", "diag")
+    }
 fig, ax = plt.subplots(figsize=(6, 3.5))
 for covariance, fit in fits.items():
     ax.plot(np.arange(1, fit.n_iter_ + 1), fit.scores_, "o-", label=covariance)
