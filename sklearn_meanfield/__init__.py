@@ -9,6 +9,7 @@ comes free with its fit.
 from .bethe import BetheRBM
 from .hmc import HMCNetworkRegressor
 from .tap.gpc import TAPGaussianProcessClassifier
+from .tap.perceptron import TAPPerceptronClassifier
 from .variational import EnsembleLearningRegressor
 
 __version__ = "0.1.0.dev0"
@@ -18,5 +19,6 @@ __all__ = [
     "EnsembleLearningRegressor",
     "HMCNetworkRegressor",
     "TAPGaussianProcessClassifier",
+    "TAPPerceptronClassifier",
     "__version__",
 ]

@@ -59,6 +59,10 @@ PARAM_GRIDS = {
         "likelihood": ["probit", "step"],
         "label_noise": [0.0, 0.1],
     },
+    "TAPPerceptronClassifier": {
+        "variance": ["adaptive", "isotropic"],
+        "label_noise": [0.05, 0.2],
+    },
 }
 
 # scikit-learn checks an estimator is expected to fail, with the reason:

@@ -24,6 +24,7 @@ from ._core import (
     mean_field_iteration,
 )
 from ._likelihoods import make_likelihood
+from ._multiclass import one_vs_rest_targets, positive_to_proba
 
 __all__ = ["TAPGaussianProcessClassifier"]
 
@@ -168,9 +169,9 @@ def _fit_binary(X, t, kernel, config, seed, n_jobs):
             t,
             likelihood,
             _PriorVariance(np.diag(K).copy()),
-            max_iter=max(config["max_iter"], 500),
+            max_iter=config["max_iter"],
             tol=config["tol"],
-            damping=min(config["damping"], 0.5),
+            damping=min(config["damping"], 0.2),
         )
     else:
         solution = ep
@@ -414,10 +415,7 @@ class TAPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
         config = self._config()
 
-        if n_classes == 2:
-            targets = [np.where(y_index == 1, 1.0, -1.0)]
-        else:
-            targets = [np.where(y_index == k, 1.0, -1.0) for k in range(n_classes)]
+        targets = one_vs_rest_targets(y_index, n_classes)
         seeds = draw_seeds(rng, len(targets))
         if len(targets) == 1:
             problems = [
@@ -451,7 +449,7 @@ class TAPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
                 for p in problems
             ]
         )
-        self.loo_proba_ = _positive_to_proba(loo_positive)
+        self.loo_proba_ = positive_to_proba(loo_positive)
         loo_labels = self.classes_[np.argmax(self.loo_proba_, axis=1)]
         self.loo_error_ = float(np.mean(loo_labels != y))
         return self
@@ -504,7 +502,7 @@ class TAPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         X = self._validate_X(X)
         mean, var = self._latent(X)
         likelihood = make_likelihood(self.likelihood, self.label_noise)
-        return _positive_to_proba(likelihood.predictive_positive(mean, var))
+        return positive_to_proba(likelihood.predictive_positive(mean, var))
 
     def predict(self, X):
         """Most probable class under the predictive distribution.
@@ -570,16 +568,3 @@ class TAPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         tags.input_tags.two_d_array = self._base_kernel().requires_vector_input
         tags.input_tags.string = not self._base_kernel().requires_vector_input
         return tags
-
-
-def _positive_to_proba(positive):
-    """One-vs-rest positive-class probabilities to normalised class rows."""
-    if positive.shape[1] == 1:
-        p = positive[:, 0]
-        return np.column_stack([1.0 - p, p])
-    total = positive.sum(axis=1, keepdims=True)
-    # A point every binary problem rejects gets uniform probabilities.
-    uniform = np.full_like(positive, 1.0 / positive.shape[1])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        normalised = positive / total
-    return np.where(total > 0, normalised, uniform)

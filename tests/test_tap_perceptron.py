@@ -1,0 +1,210 @@
+"""TAPPerceptronClassifier against exact Bayes posteriors, refits and peers."""
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegressionCV, Perceptron
+
+from sklearn_meanfield import TAPPerceptronClassifier
+
+
+def _teacher_data(n_samples, n_features, seed, flip=0.0, n_test=0):
+    rng = np.random.RandomState(seed)
+    teacher = rng.randn(n_features)
+    X = rng.randn(n_samples + n_test, n_features)
+    y = (X @ teacher > 0).astype(int)
+    flips = rng.rand(n_samples + n_test) < flip
+    y[flips] = 1 - y[flips]
+    return X[:n_samples], y[:n_samples], X[n_samples:], y[n_samples:], teacher
+
+
+def _grid_posterior(X, y, label_noise, n_grid, limit):
+    """Exact Bayes posterior of w on a grid: N(0, I) prior, noisy step."""
+    n_features = X.shape[1]
+    axis = np.linspace(-limit, limit, n_grid)
+    grid = np.stack(np.meshgrid(*[axis] * n_features, indexing="ij"), -1)
+    W = grid.reshape(-1, n_features)
+    t = 2.0 * y - 1
+    signs = (W @ X.T) * t > 0
+    log_post = -0.5 * np.sum(W**2, axis=1) + np.sum(
+        np.log(np.where(signs, 1 - label_noise, label_noise)), axis=1
+    )
+    weights = np.exp(log_post - log_post.max())
+    weights /= weights.sum()
+    return W, weights
+
+
+@pytest.mark.parametrize(
+    "n_features, n_samples, seed",
+    [(2, 5, 0), (2, 15, 1), (2, 30, 2), (3, 10, 3), (3, 25, 4)],
+)
+def test_posterior_mean_and_predictions_match_exact_bayes(n_features, n_samples, seed):
+    label_noise = 0.1
+    X, y, X_test, _, _ = _teacher_data(n_samples, n_features, seed, 0.1, 200)
+    n_grid = 401 if n_features == 2 else 81
+    W, weights = _grid_posterior(X, y, label_noise, n_grid, limit=5.5)
+    exact_mean = weights @ W
+    model = TAPPerceptronClassifier(
+        label_noise=label_noise, fit_intercept=False, tol=1e-9
+    ).fit(X, y)
+    coef = model.coef_[0]
+    cosine = coef @ exact_mean / np.linalg.norm(coef) / np.linalg.norm(exact_mean)
+    assert cosine >= 0.99
+    # Exact predictive probability: the posterior mass on the positive side.
+    positive = (W @ X_test.T) > 0
+    exact_proba = label_noise + (1 - 2 * label_noise) * (weights @ positive)
+    assert np.max(np.abs(model.predict_proba(X_test)[:, 1] - exact_proba)) < 0.15
+
+
+def test_builtin_loo_matches_refits():
+    # The cavity argument is exact as N grows (mean-field regime).  Measured
+    # largest per-point gaps: 0.005-0.009 at N = 100 (m = 80, 150); 0.041 at
+    # N = 30 (m = 70), where it is an approximation, not a bug.
+    X, y, _, _, _ = _teacher_data(150, 100, 5, flip=0.05)
+    params = dict(label_noise=0.05, tol=1e-9)
+    model = TAPPerceptronClassifier(**params).fit(X, y)
+    brute = np.empty((len(y), 2))
+    for i in range(len(y)):
+        keep = np.arange(len(y)) != i
+        refit = TAPPerceptronClassifier(**params).fit(X[keep], y[keep])
+        brute[i] = refit.predict_proba(X[i : i + 1])[0]
+    assert np.max(np.abs(model.loo_proba_ - brute)) < 0.02
+    brute_error = np.mean(np.argmax(brute, axis=1) != y)
+    assert abs(model.loo_error_ - brute_error) <= 1.0 / len(y) + 1e-12
+
+
+def test_dual_and_weight_space_give_the_same_solution():
+    X, y, X_test, _, _ = _teacher_data(60, 10, 6, flip=0.1, n_test=50)
+    params = dict(label_noise=0.1, tol=1e-11, max_iter=3000)
+    dual = TAPPerceptronClassifier(space="dual", **params).fit(X, y)
+    weight = TAPPerceptronClassifier(space="weight", **params).fit(X, y)
+    assert dual.space_ == "dual" and weight.space_ == "weight"
+    np.testing.assert_allclose(dual.coef_, weight.coef_, atol=1e-6)
+    np.testing.assert_allclose(dual.intercept_, weight.intercept_, atol=1e-6)
+    np.testing.assert_allclose(
+        dual.predict_proba(X_test), weight.predict_proba(X_test), atol=1e-6
+    )
+    np.testing.assert_allclose(dual.loo_proba_, weight.loo_proba_, atol=1e-6)
+
+
+def test_auto_space_follows_the_shape():
+    X, y, _, _, _ = _teacher_data(40, 100, 7)
+    assert TAPPerceptronClassifier().fit(X, y).space_ == "dual"
+    X, y, _, _, _ = _teacher_data(400, 10, 7)
+    assert TAPPerceptronClassifier().fit(X, y).space_ == "weight"
+
+
+@pytest.mark.slow
+def test_teacher_student_beats_point_estimates_and_closures_agree():
+    n_features, n_sets = 50, 10
+    for alpha in (1, 2, 4):
+        errors = {"adaptive": [], "isotropic": [], "logistic": [], "perceptron": []}
+        for seed in range(n_sets):
+            X, y, X_test, y_test, _ = _teacher_data(
+                alpha * n_features, n_features, 100 * alpha + seed, n_test=4000
+            )
+            for variance in ("adaptive", "isotropic"):
+                model = TAPPerceptronClassifier(
+                    label_noise=0.0, variance=variance, fit_intercept=False
+                ).fit(X, y)
+                errors[variance].append(1 - model.score(X_test, y_test))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                logistic = LogisticRegressionCV(Cs=10, fit_intercept=False)
+                logistic.fit(X, y)
+            errors["logistic"].append(1 - logistic.score(X_test, y_test))
+            perceptron = Perceptron(fit_intercept=False, random_state=seed).fit(X, y)
+            errors["perceptron"].append(1 - perceptron.score(X_test, y_test))
+        mean = {k: np.mean(v) for k, v in errors.items()}
+        assert mean["adaptive"] < mean["logistic"], (alpha, mean)
+        assert mean["adaptive"] < mean["perceptron"], (alpha, mean)
+        assert abs(mean["adaptive"] - mean["isotropic"]) < 0.01, (alpha, mean)
+
+
+def test_loo_error_tracks_test_error_on_teacher_problems():
+    gaps = []
+    for seed in range(4):
+        X, y, X_test, y_test, _ = _teacher_data(100, 50, seed, n_test=4000)
+        model = TAPPerceptronClassifier(label_noise=0.0, fit_intercept=False)
+        model.fit(X, y)
+        gaps.append(model.loo_error_ - (1 - model.score(X_test, y_test)))
+    # Unbiased on average; single data sets scatter by the LOO's own noise.
+    assert abs(np.mean(gaps)) < 0.03
+
+
+def test_predict_is_the_sign_of_the_mean_field_and_proba_is_calibrated():
+    X, y, X_test, _, _ = _teacher_data(80, 20, 8, flip=0.1, n_test=300)
+    model = TAPPerceptronClassifier(label_noise=0.1).fit(X, y)
+    decision = model.decision_function(X_test)
+    np.testing.assert_array_equal(model.predict(X_test), (decision > 0).astype(int))
+    mean_field = X_test @ model.coef_[0] + model.intercept_[0]
+    np.testing.assert_array_equal(np.sign(decision), np.sign(mean_field))
+    proba = model.predict_proba(X_test)[:, 1]
+    # predict_proba is the noisy step integrated over N(<h>, Var h), i.e. an
+    # increasing function of decision = <h> / sd(h).
+    np.testing.assert_allclose(
+        proba, 0.1 + 0.8 * norm.cdf(decision), rtol=1e-12, atol=1e-15
+    )
+    # Integrated over the field: never more confident than 1 - label_noise.
+    assert np.all((proba >= 0.1 - 1e-12) & (proba <= 0.9 + 1e-12))
+    np.testing.assert_array_equal(proba > 0.5, decision > 0)
+
+
+def test_multiclass_one_vs_rest_and_n_jobs_invariance():
+    rng = np.random.RandomState(9)
+    centers = rng.randn(3, 10) * 2
+    labels = rng.randint(3, size=150)
+    X = centers[labels] + rng.randn(150, 10)
+    one = TAPPerceptronClassifier(n_jobs=1).fit(X, labels)
+    two = TAPPerceptronClassifier(n_jobs=2).fit(X, labels)
+    assert one.coef_.shape == (3, 10) and one.intercept_.shape == (3,)
+    np.testing.assert_allclose(one.coef_, two.coef_, rtol=1e-9)
+    proba = one.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    assert one.score(X, labels) > 0.9
+    assert one.loo_proba_.shape == (150, 3)
+
+
+def test_hard_noise_free_problem_uses_incremental_restarts():
+    # Many examples on a noise-free teacher at large alpha: plain parallel
+    # iteration from zero is cut short here (max_iter), which triggers the
+    # paper's incremental schedule in random orders.
+    X, y, X_test, y_test, teacher = _teacher_data(600, 20, 10, n_test=2000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        short = TAPPerceptronClassifier(
+            label_noise=0.0, max_iter=8, n_restarts=0, fit_intercept=False
+        ).fit(X, y)
+    model = TAPPerceptronClassifier(
+        label_noise=0.0, max_iter=8, n_restarts=3, fit_intercept=False, random_state=0
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(X, y)
+    reference = TAPPerceptronClassifier(label_noise=0.0, fit_intercept=False)
+    reference.fit(X, y)
+
+    # The incremental schedule gets closer to the converged solution.
+    def cosine(a, b):
+        return a @ b / np.linalg.norm(a) / np.linalg.norm(b)
+
+    assert cosine(model.coef_[0], reference.coef_[0]) >= cosine(
+        short.coef_[0], reference.coef_[0]
+    )
+    assert cosine(reference.coef_[0], teacher) > 0.98
+
+
+def test_non_convergence_warns_and_predicts():
+    X, y, _, _, _ = _teacher_data(100, 10, 11, flip=0.1)
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        model = TAPPerceptronClassifier(max_iter=2, n_restarts=0).fit(X, y)
+    assert np.all(np.isfinite(model.predict_proba(X)))
+
+
+def test_one_class_is_an_error():
+    X = np.random.RandomState(0).randn(10, 3)
+    with pytest.raises(ValueError, match="only one class"):
+        TAPPerceptronClassifier().fit(X, np.ones(10))
