@@ -73,7 +73,11 @@ def make_model(method, kernel):
 # therefore refit without each point of a random subset of 60 training
 # points only (same subset for every row, ``optimizer=None`` at the kernel
 # above) and compare with the built-in estimate on the same 60 points.  The
-# built-in estimate over all training points is shown as well.
+# built-in estimate over all training points is shown as well.  Even so this
+# is 360 refits on ~400 points; it is the slow part of the example (a few
+# minutes on a small machine).  At the optimised kernel, whose amplitude is
+# large, the naive mean-field equations hit ``max_iter`` without converging
+# (the warning is silenced below; the best iterate is kept).
 rng = np.random.default_rng(0)
 subset = np.sort(rng.choice(len(y_train), size=60, replace=False))
 methods = ("TAP", "naive", "Laplace")
@@ -109,7 +113,10 @@ with warnings.catch_warnings():
 # The table
 # ---------
 # Errors in percent.  "built-in LOO (all)" is ``loo_error_`` over all training
-# points; the last two columns are on the 60-point subset.
+# points; the last two columns are on the 60-point subset.  In our run TAP's
+# built-in estimate equalled the brute-force one on the subset for both
+# kernels, while the naive estimate was far off at the optimised kernel,
+# as in the paper's Table 1.
 
 
 def percent(value):
