@@ -560,12 +560,17 @@ def mean_field_iteration(
     step = float(damping)
     converged = False
     for n_iter in range(1, max_iter + 1):
-        mean = posterior.matvec(alpha)
-        lam = cavity_variance(alpha, mean)
-        cavity_mean = mean - lam * alpha
-        log_z, first, second = likelihood.moments(t, cavity_mean, lam)
-        scale = max(np.max(np.abs(first)), 1e-12)
-        residual = float(np.max(np.abs(first - alpha)) / scale)
+        # A closure can drive the iteration to overflow (e.g. the isotropic
+        # cavity variance at its floor); stop there and keep the best iterate.
+        with np.errstate(over="ignore", invalid="ignore"):
+            mean = posterior.matvec(alpha)
+            lam = cavity_variance(alpha, mean)
+            cavity_mean = mean - lam * alpha
+            log_z, first, second = likelihood.moments(t, cavity_mean, lam)
+            scale = max(np.max(np.abs(first)), 1e-12)
+            residual = float(np.max(np.abs(first - alpha)) / scale)
+        if not (np.isfinite(residual) and np.all(np.isfinite(log_z))):
+            break
         if best is None or residual < best[0]:
             best = (residual, alpha, mean, lam, cavity_mean, log_z, second)
         if reporter is not None:

@@ -60,6 +60,8 @@ class _IsotropicVariance:
 
     def __call__(self, alpha, mean):
         overlap = float(alpha @ mean) / self.n_weights
+        if not np.isfinite(overlap):
+            overlap = 1.0
         return self.prior_var * max(1.0 - overlap, _MIN_ISOTROPIC_VARIANCE)
 
 
