@@ -33,6 +33,7 @@ from scipy.linalg import LinAlgError, cholesky, solve_triangular
 __all__ = [
     "KernelPosterior",
     "WeightSpacePosterior",
+    "PriorVariance",
     "TAPSolution",
     "expectation_propagation",
     "mean_field_iteration",
@@ -509,6 +510,20 @@ def _finish(solution, tau, nu, t, likelihood, n_iter, converged):
         converged=converged,
         posterior=solution,
     )
+
+
+class PriorVariance:
+    """Naive mean field's closure: the cavity variance is the prior variance.
+
+    A picklable callable ``(alpha, mean) -> prior_var`` for
+    :func:`mean_field_iteration`.
+    """
+
+    def __init__(self, prior_var):
+        self.prior_var = prior_var
+
+    def __call__(self, alpha, mean):
+        return self.prior_var
 
 
 def mean_field_iteration(

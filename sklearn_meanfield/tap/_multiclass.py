@@ -2,7 +2,7 @@
 
 import numpy as np
 
-__all__ = ["one_vs_rest_targets", "positive_to_proba"]
+__all__ = ["leave_one_out", "one_vs_rest_targets", "positive_to_proba"]
 
 
 def one_vs_rest_targets(y_index, n_classes):
@@ -44,3 +44,30 @@ def positive_to_proba(positive):
     with np.errstate(invalid="ignore", divide="ignore"):
         normalised = positive / total
     return np.where(total > 0, normalised, uniform)
+
+
+def leave_one_out(likelihood, solutions, classes, y):
+    """Leave-one-out probabilities and error from converged cavities.
+
+    Parameters
+    ----------
+    likelihood : object
+        Provides ``predictive_positive(mean, var)``.
+    solutions : list of TAPSolution
+        One per binary problem, in the order of :func:`one_vs_rest_targets`.
+    classes : ndarray of shape (n_classes,)
+    y : ndarray of shape (n_samples,)
+        Training labels.
+
+    Returns
+    -------
+    loo_proba : ndarray of shape (n_samples, n_classes)
+    loo_error : float
+        Misclassification rate of the leave-one-out predictive.
+    """
+    positive = np.column_stack(
+        [likelihood.predictive_positive(s.cavity_mean, s.cavity_var) for s in solutions]
+    )
+    loo_proba = positive_to_proba(positive)
+    loo_labels = classes[np.argmax(loo_proba, axis=1)]
+    return loo_proba, float(np.mean(loo_labels != y))

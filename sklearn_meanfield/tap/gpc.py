@@ -19,12 +19,13 @@ from .._parallel import draw_seeds, run_parallel, select_best
 from .._progress import ProgressReporter
 from ._core import (
     KernelPosterior,
+    PriorVariance,
     ep_evidence_gradient,
     expectation_propagation,
     mean_field_iteration,
 )
 from ._likelihoods import make_likelihood
-from ._multiclass import one_vs_rest_targets, positive_to_proba
+from ._multiclass import leave_one_out, one_vs_rest_targets, positive_to_proba
 
 __all__ = ["TAPGaussianProcessClassifier"]
 
@@ -168,7 +169,7 @@ def _fit_binary(X, t, kernel, config, seed, n_jobs):
             KernelPosterior(K),
             t,
             likelihood,
-            _PriorVariance(np.diag(K).copy()),
+            PriorVariance(np.diag(K).copy()),
             max_iter=config["max_iter"],
             tol=config["tol"],
             damping=min(config["damping"], 0.2),
@@ -189,16 +190,6 @@ def _fit_binary(X, t, kernel, config, seed, n_jobs):
         "solution": solution,
         "log_evidence": ep.log_evidence,
     }
-
-
-class _PriorVariance:
-    """Naive mean field: the cavity variance is the prior variance K_ii."""
-
-    def __init__(self, prior_var):
-        self.prior_var = prior_var
-
-    def __call__(self, alpha, mean):
-        return self.prior_var
 
 
 class TAPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
@@ -440,18 +431,12 @@ class TAPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         )
         self.n_iter_ = int(max(p["solution"].n_iter for p in problems))
 
-        likelihood = make_likelihood(self.likelihood, self.label_noise)
-        loo_positive = np.column_stack(
-            [
-                likelihood.predictive_positive(
-                    p["solution"].cavity_mean, p["solution"].cavity_var
-                )
-                for p in problems
-            ]
+        self.loo_proba_, self.loo_error_ = leave_one_out(
+            make_likelihood(self.likelihood, self.label_noise),
+            [p["solution"] for p in problems],
+            self.classes_,
+            y,
         )
-        self.loo_proba_ = positive_to_proba(loo_positive)
-        loo_labels = self.classes_[np.argmax(self.loo_proba_, axis=1)]
-        self.loo_error_ = float(np.mean(loo_labels != y))
         return self
 
     def _latent(self, X):
