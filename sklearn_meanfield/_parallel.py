@@ -5,13 +5,25 @@ result of each restart (or chain, or one-vs-rest problem) depends only on its
 own seed, never on the number of workers or on the joblib backend that runs
 it.  The work itself is a pure module-level function so it can be pickled and
 shipped to process-based and distributed (Dask, Ray) backends.
+
+When the library runs tasks concurrently it also caps the BLAS threads each of
+them may use (:func:`blas_threads_per_worker`), so that ``n_jobs`` workers
+times BLAS threads per worker does not exceed the cores of the machine.
 """
 
 import numpy as np
+from joblib import cpu_count, effective_n_jobs
 from sklearn.utils import check_random_state
 from sklearn.utils.parallel import Parallel, delayed
+from threadpoolctl import threadpool_limits
 
-__all__ = ["draw_seeds", "run_parallel", "run_restarts", "select_best"]
+__all__ = [
+    "blas_threads_per_worker",
+    "draw_seeds",
+    "run_parallel",
+    "run_restarts",
+    "select_best",
+]
 
 # Seeds are drawn in [0, 2**31 - 1): valid for np.random.RandomState,
 # np.random.default_rng and every scikit-learn ``random_state`` argument.
@@ -44,10 +56,81 @@ def draw_seeds(random_state, n_seeds):
     return rng.randint(_MAX_SEED, size=int(n_seeds)).astype(np.int64)
 
 
+def blas_threads_per_worker(n_workers, n_cpus=None):
+    """BLAS threads each of ``n_workers`` concurrent tasks may use.
+
+    The cores are shared out evenly, with at least one thread per task:
+    ``max(1, n_cpus // n_workers)``.
+
+    Parameters
+    ----------
+    n_workers : int
+        Number of tasks that run at the same time.
+    n_cpus : int or None, default=None
+        Cores available; None means :func:`joblib.cpu_count` of the machine the
+        task runs on (it respects CPU affinity and container limits).
+
+    Returns
+    -------
+    n_threads : int
+
+    Examples
+    --------
+    >>> from sklearn_meanfield._parallel import blas_threads_per_worker
+    >>> blas_threads_per_worker(2, n_cpus=8)
+    4
+    >>> blas_threads_per_worker(16, n_cpus=8)
+    1
+    """
+    if n_cpus is None:
+        n_cpus = cpu_count()
+    return max(1, int(n_cpus) // max(1, int(n_workers)))
+
+
+def _call_with_blas_limit(function, n_workers, args, kwargs):
+    # Runs inside the worker, so the core count is that of the worker's
+    # machine.  In a worker *process* this sets the process's limit.  In a
+    # worker *thread* of the dispatching process, OpenBLAS's pthreads pool is
+    # shared with that process, whose limit ``_dispatch`` has already set, and
+    # threadpoolctl lets only one thread (the dispatcher) change it: this call
+    # then changes nothing.  Per-thread layers (OpenMP) take the limit here.
+    with threadpool_limits(limits=blas_threads_per_worker(n_workers), user_api="blas"):
+        return function(*args, **kwargs)
+
+
+def _concurrency(parallel, n_jobs, n_tasks):
+    """How many of ``n_tasks`` the ``parallel`` object runs at the same time."""
+    try:
+        n_workers = parallel._effective_n_jobs()
+    except AttributeError:  # pragma: no cover - older or newer joblib
+        n_workers = effective_n_jobs(n_jobs)
+    return max(1, min(int(n_workers), n_tasks))
+
+
+def _dispatch(function, calls, *, n_jobs, verbose, prefer):
+    """Run ``function(*args, **kwargs)`` for every ``(args, kwargs)`` in calls."""
+    calls = list(calls)
+    parallel = Parallel(n_jobs=n_jobs, verbose=verbose, prefer=prefer)
+    n_workers = _concurrency(parallel, n_jobs, len(calls))
+    if n_workers == 1:
+        # One task at a time (in this process or a single worker): leave the
+        # BLAS threads alone.
+        return parallel(delayed(function)(*args, **kwargs) for args, kwargs in calls)
+    # Thread-based workers share this process's BLAS pool: limit it here, for
+    # the whole run; process-based workers limit their own in the worker.
+    with threadpool_limits(limits=blas_threads_per_worker(n_workers), user_api="blas"):
+        return parallel(
+            delayed(_call_with_blas_limit)(function, n_workers, args, kwargs)
+            for args, kwargs in calls
+        )
+
+
 def run_parallel(function, tasks, *, n_jobs=None, verbose=0, prefer=None):
     """Run ``function(*task)`` for every task with joblib and return the results.
 
-    The results come back in the order of ``tasks`` whatever the backend.
+    The results come back in the order of ``tasks`` whatever the backend.  When
+    more than one task runs at a time, each may use
+    :func:`blas_threads_per_worker` BLAS threads while it runs.
 
     Parameters
     ----------
@@ -67,10 +150,16 @@ def run_parallel(function, tasks, *, n_jobs=None, verbose=0, prefer=None):
     -------
     results : list
         ``[function(*task) for task in tasks]``.
+
+    Examples
+    --------
+    >>> from operator import mul
+    >>> from sklearn_meanfield._parallel import run_parallel
+    >>> run_parallel(mul, [(2, 3), (4, 5)], n_jobs=2, prefer="threads")
+    [6, 20]
     """
-    return Parallel(n_jobs=n_jobs, verbose=verbose, prefer=prefer)(
-        delayed(function)(*task) for task in tasks
-    )
+    calls = ((tuple(task), {}) for task in tasks)
+    return _dispatch(function, calls, n_jobs=n_jobs, verbose=verbose, prefer=prefer)
 
 
 def run_restarts(
@@ -127,9 +216,8 @@ def run_restarts(
     """
     kwargs = {} if kwargs is None else dict(kwargs)
     seeds = draw_seeds(random_state, n_restarts)
-    return Parallel(n_jobs=n_jobs, verbose=verbose, prefer=prefer)(
-        delayed(function)(*args, seed=int(seed), **kwargs) for seed in seeds
-    )
+    calls = ((tuple(args), {"seed": int(seed), **kwargs}) for seed in seeds)
+    return _dispatch(function, calls, n_jobs=n_jobs, verbose=verbose, prefer=prefer)
 
 
 def select_best(results, key):
@@ -148,7 +236,15 @@ def select_best(results, key):
     Returns
     -------
     index : int
+        Position of the best result.
     best : object
+        ``results[index]``.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield._parallel import select_best
+    >>> select_best([1.0, float("nan"), 3.0, 3.0], key=float)
+    (2, 3.0)
     """
     values = np.array([key(result) for result in results], dtype=float)
     if values.size == 0:

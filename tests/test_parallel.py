@@ -1,8 +1,10 @@
 import numpy as np
 import pytest
-from joblib import parallel_config
+from joblib import cpu_count, parallel_config
+from threadpoolctl import threadpool_limits
 
 from sklearn_meanfield._parallel import (
+    blas_threads_per_worker,
     draw_seeds,
     run_parallel,
     run_restarts,
@@ -69,3 +71,51 @@ def test_select_best_skips_non_finite_and_breaks_ties_first():
     assert index == 2 and best is results[2]
     with pytest.raises(ValueError, match="at least one"):
         select_best([], key=float)
+
+
+def _blas_threads(_):
+    # Runs in the worker: the BLAS thread limit it sees.
+    from threadpoolctl import threadpool_info
+
+    return [
+        pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"
+    ]
+
+
+def _main_blas_threads():
+    return _blas_threads(None)
+
+
+needs_blas = pytest.mark.skipif(
+    not _main_blas_threads(), reason="no BLAS library seen by threadpoolctl"
+)
+
+
+@needs_blas
+@pytest.mark.parametrize("backend", ["threading", "loky"])
+def test_blas_threads_limited_inside_workers(backend):
+    before = _main_blas_threads()
+    expected = blas_threads_per_worker(2)
+    with threadpool_limits(limits=cpu_count(), user_api="blas"):
+        # Start from the machine's full count, so the limit is not vacuous
+        # when the machine has more than one core.
+        with parallel_config(backend=backend, n_jobs=2):
+            seen = run_parallel(_blas_threads, [(k,) for k in range(4)])
+    assert all(threads == [expected] * len(before) for threads in seen), seen
+    # The caller's own limit is back once the work is done.
+    assert _main_blas_threads() == before
+
+
+@needs_blas
+def test_blas_threads_untouched_when_sequential():
+    with threadpool_limits(limits=cpu_count(), user_api="blas"):
+        full = _main_blas_threads()
+        seen = run_parallel(_blas_threads, [(0,), (1,)], n_jobs=1)
+    assert seen == [full, full]
+
+
+def test_blas_threads_per_worker_shares_cores():
+    assert blas_threads_per_worker(1, n_cpus=4) == 4
+    assert blas_threads_per_worker(3, n_cpus=8) == 2
+    assert blas_threads_per_worker(9, n_cpus=8) == 1
+    assert blas_threads_per_worker(2) == max(1, cpu_count() // 2)
