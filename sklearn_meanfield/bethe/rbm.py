@@ -18,6 +18,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.extmath import safe_sparse_dot
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._base import atomic_fit
 from .._progress import ProgressReporter
 from ._exact import free_energy
 from ._learning import bethe_training_epoch
@@ -368,6 +369,7 @@ class BetheRBM(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         return solution
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic_fit
     def fit(self, X, y=None):
         """Fit the model to the data X.
 
@@ -415,6 +417,7 @@ class BetheRBM(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         return self
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic_fit
     def partial_fit(self, X, y=None):
         """Take one gradient step on the batch X.
 

@@ -11,6 +11,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._base import atomic_fit
 from .._loo import psis_loo
 from .._parallel import draw_seeds, run_parallel
 from .._progress import ProgressReporter
@@ -217,6 +218,7 @@ class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
         return tags
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic_fit
     def fit(self, X, y):
         """Sample the posterior of the network weights given the data.
 
@@ -229,7 +231,9 @@ class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
         -------
         self : HMCNetworkRegressor
         """
-        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True)
+        X, y = validate_data(
+            self, X, y, multi_output=True, y_numeric=True, ensure_min_samples=2
+        )
         rng = check_random_state(self.random_state)
         reporter = ProgressReporter(self.verbose, type(self).__name__)
         Y = y.reshape(len(y), -1).astype(float)

@@ -15,6 +15,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._base import atomic_fit
 from .._parallel import draw_seeds, run_parallel, select_best
 from .._progress import ProgressReporter
 from ._core import (
@@ -376,6 +377,7 @@ class TAPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         return validate_data(self, X, reset=False, **self._validation_kwargs())
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic_fit
     def fit(self, X, y):
         """Fit the TAP mean-field Gaussian-process classifier.
 

@@ -12,6 +12,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._base import atomic_fit
 from .._parallel import draw_seeds, run_parallel, run_restarts, select_best
 from .._progress import ProgressReporter
 from ._core import (
@@ -365,6 +366,7 @@ class TAPPerceptronClassifier(ClassifierMixin, BaseEstimator):
         return Phi
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic_fit
     def fit(self, X, y):
         """Fit the TAP mean-field perceptron.
 

@@ -12,6 +12,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
+from .._base import atomic_fit
 from .._parallel import run_restarts, select_best
 from .._progress import ProgressReporter
 from ._erf_network import (
@@ -302,6 +303,7 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         return tags
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @atomic_fit
     def fit(self, X, y):
         """Fit the Gaussian posterior and the hyperparameters.
 
@@ -315,7 +317,13 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         self : object
         """
         X, y = validate_data(
-            self, X, y, multi_output=True, y_numeric=True, dtype=np.float64
+            self,
+            X,
+            y,
+            multi_output=True,
+            y_numeric=True,
+            dtype=np.float64,
+            ensure_min_samples=2,
         )
         rng = check_random_state(self.random_state)
         Y = y.reshape(len(y), -1)
