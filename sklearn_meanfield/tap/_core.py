@@ -28,7 +28,7 @@ References
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.linalg import LinAlgError, cholesky, solve_triangular
+from scipy.linalg import LinAlgError, cholesky, lapack, solve_triangular
 
 __all__ = [
     "KernelPosterior",
@@ -46,62 +46,69 @@ def _cholesky_lower(matrix):
     return cholesky(matrix, lower=True, check_finite=False)
 
 
-# Above this value of tau_i K_ii the marginal variance is computed from B^-1.
-_CANCELLATION_THRESHOLD = 1e3
+# Below this value of tau_i K_ii the marginal variance is computed as
+# K_ii - |V_i|^2; above it as (1 - [B^-1]_ii) / tau_i, whose cancellation costs
+# about 1e-14 / (tau_i K_ii) in relative accuracy (4e-11 at the threshold,
+# measured against an 80-bit reference).
+_SMALL_SITE_THRESHOLD = 1e-3
 
 
 class _PositiveSiteSolution:
     """Posterior for non-negative site precisions, through B = I + S^1/2 K S^1/2.
 
     This is the numerically preferred form (GPML algorithm 3.5): B's eigenvalues
-    are at least one, and no Cholesky factor of K is needed.
+    are at least one, and no Cholesky factor of K is needed.  With
+    ``B = L L^T`` the marginal variances come from
+    ``Sigma = S^-1/2 (I - B^-1) S^-1/2``, i.e. from the column norms of
+    ``L^-1`` (a triangular inverse, ``n^3 / 3`` flops); only the sites with
+    ``tau_i K_ii`` below ``_SMALL_SITE_THRESHOLD`` take ``K_ii - |V_i|^2``
+    with ``V = L^-1 S^1/2 K`` (one column each).  A sweep therefore costs
+    about ``2 n^3 / 3`` flops instead of ``4 n^3 / 3`` with the full ``V``.
     """
 
     def __init__(self, K, tau, nu):
+        n = len(tau)
         sqrt_tau = np.sqrt(tau)
-        B = sqrt_tau[:, None] * K * sqrt_tau[None, :]
-        B[np.diag_indices_from(B)] += 1.0
-        self._chol = _cholesky_lower(B)
+        # B, its Cholesky factor and the factor's inverse share one n x n
+        # buffer (LAPACK in place; B is symmetric, so its C-ordered buffer is
+        # a Fortran-ordered B as well).
+        B = np.multiply(K, sqrt_tau[:, None])
+        B *= sqrt_tau
+        B.flat[:: n + 1] += 1.0
+        chol, info = lapack.dpotrf(B.T, lower=1, clean=1, overwrite_a=1)
+        if info != 0:
+            raise LinAlgError("I + S^1/2 K S^1/2 is not positive definite")
+        self.logdet = 2.0 * np.sum(np.log(np.diag(chol)))
+        chol_inv, info = lapack.dtrtri(chol, lower=1, overwrite_c=1)
+        if info != 0:
+            raise LinAlgError("singular Cholesky factor")
+        self._chol_inv = chol_inv
         self._sqrt_tau = sqrt_tau
-        V = solve_triangular(
-            self._chol, sqrt_tau[:, None] * K, lower=True, check_finite=False
-        )
         prior_var = np.diag(K)
-        self.var = prior_var - np.einsum("ij,ij->j", V, V)
-        # K_ii - |V_i|^2 cancels when tau_i K_ii is large (a near-hard site);
-        # there Sigma_ii = (1 - [B^-1]_ii) / tau_i is exact to rounding.
-        precise = np.flatnonzero(tau * prior_var > _CANCELLATION_THRESHOLD)
-        if precise.size:
-            unit = np.zeros((len(tau), precise.size))
-            unit[precise, np.arange(precise.size)] = 1.0
-            inverse_columns = solve_triangular(
-                self._chol, unit, lower=True, check_finite=False
-            )
-            b_inv_diag = np.einsum("ij,ij->j", inverse_columns, inverse_columns)
-            self.var[precise] = (1.0 - b_inv_diag) / tau[precise]
-        self.mean = K @ nu - V.T @ (V @ nu)
-        self.logdet = 2.0 * np.sum(np.log(np.diag(self._chol)))
-        self._K = K
-        self._V = V
+        b_inv_diag = np.einsum("ij,ij->j", chol_inv, chol_inv)
+        small = tau * prior_var < _SMALL_SITE_THRESHOLD
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.var = np.where(small, prior_var, (1.0 - b_inv_diag) / tau)
+        small &= tau > 0  # a zero site leaves its marginal at the prior
+        if np.any(small):
+            V = chol_inv @ (sqrt_tau[:, None] * K[:, small])
+            self.var[small] = prior_var[small] - np.einsum("ij,ij->j", V, V)
+        K_nu = K @ nu
+        projected = chol_inv @ (sqrt_tau * K_nu)
+        self.mean = K_nu - K @ (sqrt_tau * (chol_inv.T @ projected))
 
     def variance_reduction(self, K_cross):
         """Row-wise ``k*^T (K + S^-1)^-1 k*`` for columns ``k*`` of ``K_cross``."""
-        U = solve_triangular(
-            self._chol,
-            self._sqrt_tau[:, None] * K_cross,
-            lower=True,
-            check_finite=False,
-        )
+        U = self._chol_inv @ (self._sqrt_tau[:, None] * K_cross)
         return np.einsum("ij,ij->j", U, U)
 
-    def covariance(self):
-        """The full posterior covariance Sigma."""
-        return self._K - self._V.T @ self._V
+    def site_correction(self):
+        """``S - S Sigma S = S^1/2 B^-1 S^1/2``, free of cancellation."""
+        scaled = self._chol_inv * self._sqrt_tau[None, :]
+        return scaled.T @ scaled
 
     def release(self):
-        """Drop what prediction does not need (the n x n matrix V)."""
-        self._V = None
-        self._K = None
+        """Nothing to drop: ``L^-1`` is what prediction needs."""
 
 
 class _SignedSiteSolution:
@@ -131,9 +138,12 @@ class _SignedSiteSolution:
             "ij,ij->j", projected, projected
         )
 
-    def covariance(self):
-        """The full posterior covariance Sigma."""
-        return self._W.T @ self._W
+    def site_correction(self):
+        """``S - S Sigma S`` (the evidence gradient's matrix), any sign."""
+        scaled = self._W * self._tau[None, :]
+        correction = -(scaled.T @ scaled)
+        correction[np.diag_indices_from(correction)] += self._tau
+        return correction
 
     def release(self):
         """Nothing to drop: W is what prediction needs."""
@@ -192,7 +202,7 @@ class KernelPosterior:
 
         Returns an object with ``mean``, ``var`` (marginal variances),
         ``logdet`` (``log|I + K S|``), ``variance_reduction(K_cross)`` and
-        ``covariance()``.  Raises ``LinAlgError`` when ``K^-1 + S`` is not
+        ``site_correction()``.  Raises ``LinAlgError`` when ``K^-1 + S`` is not
         positive definite.
         """
         if np.all(tau >= 0):
@@ -627,7 +637,8 @@ def ep_evidence_gradient(solution, K_gradient):
     """Gradient of the EP log evidence at a fixed point (GPML eq. 5.27 form).
 
     ``d log Z / d theta_j = 1/2 tr(R dK/dtheta_j)`` with
-    ``R = alpha alpha^T - (S - S Sigma S)`` (NOTES.md section 1).
+    ``R = alpha alpha^T - (S - S Sigma S)`` (NOTES.md section 1); for
+    non-negative sites ``S - S Sigma S = S^1/2 B^-1 S^1/2`` (GPML eq. 5.27).
 
     Parameters
     ----------
@@ -640,7 +651,9 @@ def ep_evidence_gradient(solution, K_gradient):
     -------
     ndarray of shape (n_params,)
     """
-    tau, alpha = solution.tau, solution.alpha
-    sigma = solution.posterior.covariance()
-    R = np.outer(alpha, alpha) - np.diag(tau) + tau[:, None] * sigma * tau[None, :]
-    return 0.5 * np.einsum("ij,jik->k", R, K_gradient)
+    alpha = solution.alpha
+    R = np.outer(alpha, alpha)
+    R -= solution.posterior.site_correction()
+    # dK/dtheta_j is symmetric, so tr(R dK_j) = sum_ik R_ik dK_j[i, k].
+    n = len(alpha)
+    return 0.5 * (R.reshape(1, n * n) @ K_gradient.reshape(n * n, -1))[0]

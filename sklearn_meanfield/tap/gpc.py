@@ -66,7 +66,7 @@ def check_kernel_memory(n_samples, n_hyperparameters=0, fraction=0.8):
         )
 
 
-def _solve(K, t, config, warm=None):
+def _solve(K, t, config, warm=None, tol=None):
     """Run the configured mean-field equations on a kernel matrix."""
     posterior = KernelPosterior(K)
     likelihood = make_likelihood(config["likelihood"], config["label_noise"])
@@ -78,19 +78,21 @@ def _solve(K, t, config, warm=None):
         tau=warm.get("tau"),
         nu=warm.get("nu"),
         max_iter=config["max_iter"],
-        tol=config["tol"],
+        tol=config["tol"] if tol is None else tol,
         damping=config["damping"],
     )
 
 
-def _log_evidence(theta, X, t, kernel, config, warm=None, eval_gradient=False):
+def _log_evidence(
+    theta, X, t, kernel, config, warm=None, eval_gradient=False, tol=None
+):
     """TAP (EP) log evidence at log-hyperparameters ``theta`` and its gradient."""
     kernel = kernel.clone_with_theta(theta)
     if eval_gradient:
         K, K_gradient = kernel(X, eval_gradient=True)
     else:
         K = kernel(X)
-    solution = _solve(K, t, config, warm)
+    solution = _solve(K, t, config, warm, tol)
     if warm is not None:
         warm.update(tau=solution.tau, nu=solution.nu)
     if not eval_gradient:
@@ -98,17 +100,41 @@ def _log_evidence(theta, X, t, kernel, config, warm=None, eval_gradient=False):
     return solution.log_evidence, ep_evidence_gradient(solution, K_gradient)
 
 
+# While the optimiser is far from a stationary point the EP equations are
+# solved only to GRADIENT_RELATIVE_TOL times the size of the last gradient
+# (at most LOOSEST_TOL): the gradient's error is of the order of the EP
+# residual, and the evidence's error of its square (the EP evidence is
+# stationary in the sites).  Near the optimum the tolerance tightens to
+# ``tol``.
+_GRADIENT_RELATIVE_TOL = 1e-3
+_LOOSEST_TOL = 1e-2
+
+
 def _optimize_from(initial_theta, X, t, kernel, config):
-    """One optimiser run from ``initial_theta``; EP warm-starts along the path."""
+    """One optimiser run from ``initial_theta``; EP warm-starts along the path.
+
+    Returns the optimum, its negative log evidence and the sites of the best
+    evaluation (a warm start for the final solve).
+    """
     warm = {}
+    state = {"tol": _LOOSEST_TOL, "best": np.inf, "sites": {}}
 
     def objective(theta, eval_gradient=True):
+        tol = max(config["tol"], state["tol"])
         if eval_gradient:
             value, gradient = _log_evidence(
-                theta, X, t, kernel, config, warm, eval_gradient=True
+                theta, X, t, kernel, config, warm, eval_gradient=True, tol=tol
             )
+            scale = np.max(np.abs(gradient)) if np.all(np.isfinite(gradient)) else 1
+            state["tol"] = min(_GRADIENT_RELATIVE_TOL * scale, _LOOSEST_TOL)
+        else:
+            value = _log_evidence(theta, X, t, kernel, config, warm, tol=tol)
+        if -value < state["best"]:
+            state["best"] = -value
+            state["sites"] = dict(warm)
+        if eval_gradient:
             return -value, -gradient
-        return -_log_evidence(theta, X, t, kernel, config, warm)
+        return -value
 
     bounds = kernel.bounds
     optimizer = config["optimizer"]
@@ -122,9 +148,9 @@ def _optimize_from(initial_theta, X, t, kernel, config):
                 f"evidence ({result.message}); the best point found is used.",
                 ConvergenceWarning,
             )
-        return result.x, float(result.fun)
+        return result.x, float(result.fun), state["sites"]
     theta, value = optimizer(objective, initial_theta, bounds=bounds)
-    return np.asarray(theta, dtype=float), float(value)
+    return np.asarray(theta, dtype=float), float(value), state["sites"]
 
 
 def _fit_binary(X, t, kernel, config, seed, n_jobs):
@@ -150,7 +176,7 @@ def _fit_binary(X, t, kernel, config, seed, n_jobs):
             [(theta0, X, t, kernel, config) for theta0 in starts],
             n_jobs=n_jobs,
         )
-        index, (theta, value) = select_best(runs, key=lambda run: -run[1])
+        index, (theta, value, sites) = select_best(runs, key=lambda run: -run[1])
         reporter(
             1,
             "best of %d optimiser run(s): log evidence %.4f (run %d)",
@@ -161,9 +187,10 @@ def _fit_binary(X, t, kernel, config, seed, n_jobs):
         kernel = kernel.clone_with_theta(theta)
     else:
         kernel = kernel.clone_with_theta(kernel.theta)
+        sites = None
 
     K = kernel(X)
-    ep = _solve(K, t, config)
+    ep = _solve(K, t, config, sites)
     if config["method"] == "naive":
         likelihood = make_likelihood(config["likelihood"], config["label_noise"])
         solution = mean_field_iteration(
