@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.linalg import LinAlgError, cholesky, lapack, solve_triangular
 
+from ._weight_space import WeightSpacePosterior
+
 __all__ = [
     "KernelPosterior",
     "WeightSpacePosterior",
@@ -208,73 +210,6 @@ class KernelPosterior:
         if np.all(tau >= 0):
             return _PositiveSiteSolution(self.K, tau, nu)
         return _SignedSiteSolution(self._chol(), tau, nu)
-
-
-class _WeightSpaceSolution:
-    """Posterior of the weights, ``N(w_mean, A^-1)`` with ``A = I + Phi^T S Phi``.
-
-    Any sign of ``tau``: ``A`` is the posterior precision of the weights and
-    must be positive definite; ``log|I + K S| = log|A|`` (Sylvester).
-    """
-
-    def __init__(self, Phi, tau, nu):
-        A = Phi.T @ (tau[:, None] * Phi)
-        A[np.diag_indices_from(A)] += 1.0
-        self._chol = _cholesky_lower(A)
-        M = solve_triangular(self._chol, Phi.T, lower=True, check_finite=False)
-        self.var = np.einsum("ij,ij->j", M, M)
-        projected = solve_triangular(
-            self._chol, Phi.T @ nu, lower=True, check_finite=False
-        )
-        self.weight_mean = solve_triangular(
-            self._chol, projected, lower=True, trans="T", check_finite=False
-        )
-        self.mean = Phi @ self.weight_mean
-        self.logdet = 2.0 * np.sum(np.log(np.diag(self._chol)))
-
-    def field_variance(self, Phi_new):
-        """Posterior variance of ``Phi_new @ w`` row by row."""
-        M = solve_triangular(self._chol, Phi_new.T, lower=True, check_finite=False)
-        return np.einsum("ij,ij->j", M, M)
-
-    def release(self):
-        """Nothing to drop: the Cholesky factor is what prediction needs."""
-
-
-class WeightSpacePosterior:
-    """The Gaussian posterior of a linear model's fields, in weight space.
-
-    Fields ``h = Phi w`` with prior ``w ~ N(0, I)``, i.e. the kernel
-    ``K = Phi Phi^T`` without ever forming it: a sweep costs ``O(n d^2)`` for
-    ``n`` samples and ``d`` weights, the regime of many more samples than
-    weights (Opper and Winther's perceptron at large ``alpha = n / d``).
-
-    Parameters
-    ----------
-    Phi : ndarray of shape (n, d)
-        Rows are the (scaled) inputs of the training points.
-    """
-
-    def __init__(self, Phi):
-        self.Phi = Phi
-        self.prior_var = np.einsum("ij,ij->i", Phi, Phi)
-
-    @property
-    def n(self):
-        """Number of training points."""
-        return self.Phi.shape[0]
-
-    def matvec(self, alpha):
-        """``K @ alpha = Phi (Phi^T alpha)`` in ``O(n d)``."""
-        return self.Phi @ (self.Phi.T @ alpha)
-
-    def subset(self, index):
-        """The posterior object of the training points ``index`` only."""
-        return WeightSpacePosterior(self.Phi[index])
-
-    def solve(self, tau, nu):
-        """Same contract as :meth:`KernelPosterior.solve`."""
-        return _WeightSpaceSolution(self.Phi, tau, nu)
 
 
 @dataclass
