@@ -1,0 +1,151 @@
+"""Property-based tests (hypothesis) over random data sets, for every estimator.
+
+For data sets of random shapes, scales and label patterns, every exported
+estimator must either fit and give finite outputs (probabilities in [0, 1]
+summing to one) or raise the documented ``ValueError``; a fixed
+``random_state`` must give identical results on a refit and for ``n_jobs=1``
+and ``n_jobs=2``.  Estimators come from ``tests/test_common.py`` (walking
+``sklearn_meanfield.__all__``), so a new estimator joins automatically.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from joblib import parallel_config
+from sklearn.base import clone, is_classifier, is_regressor
+from sklearn.exceptions import ConvergenceWarning
+from test_common import ESTIMATORS, _ids
+
+UNIT_INTERVAL = {"BetheRBM"}
+
+
+def property_settings(max_examples):
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        derandomize=True,  # the same examples on every run: CI must not flake
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+@st.composite
+def data_sets(draw, estimator):
+    n_samples = draw(st.integers(2, 40))
+    n_features = draw(st.integers(1, 6))
+    log10_scale = draw(st.integers(-6, 6))
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.RandomState(seed)
+    X = rng.normal(size=(n_samples, n_features)) * 10.0**log10_scale
+    if type(estimator).__name__ in UNIT_INTERVAL:
+        pattern = draw(st.sampled_from(["binary", "probabilities"]))
+        unit = 1.0 / (1.0 + np.exp(-X / 10.0**log10_scale))
+        return (unit > 0.5).astype(float) if pattern == "binary" else unit, None
+    if is_classifier(estimator):
+        n_classes = draw(st.integers(1, 3))
+        pattern = draw(st.sampled_from(["random", "linear", "imbalanced"]))
+        if pattern == "random":
+            y = rng.randint(n_classes, size=n_samples)
+        elif pattern == "linear":
+            y = np.digitize(X[:, 0], np.quantile(X[:, 0], [1 / 3, 2 / 3]))
+            y = np.minimum(y, n_classes - 1)
+        else:
+            y = np.zeros(n_samples, dtype=int)
+            y[: max(1, n_samples // 10)] = n_classes - 1
+        return X, y
+    target_scale = 10.0 ** draw(st.integers(-4, 4))
+    y = (np.sin(X[:, 0] / 10.0**log10_scale) + rng.normal(size=n_samples)) * (
+        target_scale
+    )
+    return X, y
+
+
+def _fit(estimator, X, y):
+    return estimator.fit(X) if y is None else estimator.fit(X, y)
+
+
+def _outputs(estimator, X):
+    outputs = {}
+    if is_classifier(estimator):
+        outputs["predict_proba"] = estimator.predict_proba(X)
+        outputs["predict"] = estimator.predict(X)
+    elif is_regressor(estimator):
+        mean, std = estimator.predict(X, return_std=True)
+        outputs["predict"], outputs["predict_std"] = mean, std
+    else:
+        outputs["transform"] = estimator.transform(X)
+    return outputs
+
+
+def _fit_or_documented_error(estimator, X, y):
+    """Fitted estimator, or None when the fit raised the documented error."""
+    n_classes = len(np.unique(y)) if is_classifier(estimator) else None
+    try:
+        return _fit(estimator, X, y)
+    except ValueError as error:
+        message = str(error)
+        # The documented refusals: one class for a classifier.
+        if n_classes == 1:
+            assert "class" in message, message
+            return None
+        raise
+
+
+def _run_property_check(estimator, X, y):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fitted = _fit_or_documented_error(clone(estimator), X, y)
+        if fitted is None:
+            return
+        outputs = _outputs(fitted, X)
+        for name, value in outputs.items():
+            if name != "predict" or not is_classifier(fitted):
+                assert np.all(np.isfinite(value)), name
+        if "predict_proba" in outputs:
+            proba = outputs["predict_proba"]
+            assert np.all((proba >= 0) & (proba <= 1))
+            np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+            assert set(outputs["predict"]) <= set(fitted.classes_)
+        if is_classifier(fitted) or is_regressor(fitted):
+            assert np.isfinite(fitted.loo_error_)
+
+        # Deterministic for a fixed random_state, whatever n_jobs is.
+        refit = _fit(clone(estimator), X, y)
+        for name, value in _outputs(refit, X).items():
+            np.testing.assert_array_equal(value, outputs[name], err_msg=name)
+        if "n_jobs" in estimator.get_params():
+            with parallel_config(backend="threading"):
+                parallel = _fit(clone(estimator).set_params(n_jobs=2), X, y)
+            for name, value in _outputs(parallel, X).items():
+                np.testing.assert_allclose(
+                    value, outputs[name], rtol=1e-10, atol=1e-12, err_msg=name
+                )
+
+
+def _check_random_data_sets(estimator, max_examples):
+    if "random_state" in estimator.get_params():
+        estimator = clone(estimator).set_params(random_state=0)
+
+    @property_settings(max_examples)
+    @given(data=data_sets(estimator))
+    def check(data):
+        X, y = data
+        _run_property_check(estimator, X, y)
+
+    check()
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS, ids=_ids)
+def test_random_data_sets_fit_cleanly_or_raise_the_documented_error(estimator):
+    # A handful of examples keeps the default suite quick; the slow test below
+    # draws many more.
+    _check_random_data_sets(estimator, max_examples=6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("estimator", ESTIMATORS, ids=_ids)
+def test_many_random_data_sets(estimator):
+    _check_random_data_sets(estimator, max_examples=60)
