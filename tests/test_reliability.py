@@ -418,3 +418,34 @@ def test_gp_classifier_refuses_kernel_matrices_that_do_not_fit_in_memory():
         estimator.fit(X, y)
     # The message says how much memory the fit would take.
     assert any(ch.isdigit() for ch in str(excinfo.value))
+
+
+# ------------------------------------------------------------- many samples
+
+
+def test_perceptron_on_a_hundred_thousand_samples():
+    # Weight space keeps this at O(m N^2): no m x m matrix is formed.  The
+    # reference for the free leave-one-out error is the error on fresh data.
+    rng = np.random.RandomState(0)
+    teacher = rng.normal(size=50)
+
+    def noisy_teacher_data(n_samples):
+        X = rng.normal(size=(n_samples, 50))
+        y = (X @ teacher > 0).astype(int)
+        flipped = rng.uniform(size=n_samples) < 0.05
+        y[flipped] = 1 - y[flipped]
+        return X, y
+
+    X, y = noisy_teacher_data(100_000)
+    X_test, y_test = noisy_teacher_data(20_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        estimator = sklearn_meanfield.TAPPerceptronClassifier(
+            label_noise=0.05, random_state=0
+        ).fit(X, y)
+        _assert_sane_outputs(estimator, X_test[:1000])
+        test_error = 1.0 - estimator.score(X_test, y_test)
+    # The label noise alone costs 0.05; the estimation error at alpha = 2000
+    # is a few thousandths.
+    assert 0.045 < test_error < 0.06
+    assert abs(estimator.loo_error_ - test_error) < 0.006
