@@ -217,10 +217,11 @@ def render(results, quick, machine_rows, loaded, started):
         "| --- | --- | --- | --- | --- |",
     ]
     for r in results:
+        before, after = (r[k].split(" / ")[0] for k in ("load_before", "load_after"))
         lines.append(
             f"| [{r['estimator']}](#{r['anchor']}) | `{r['script']}` | {r['status']} "
             f"| {r['seconds']:.0f} s "
-            f"| {r['load_before'].split(' / ')[0]} / {r['load_after'].split(' / ')[0]} |"
+            f"| {before} / {after} |"
         )
     for r in results:
         lines += [
