@@ -76,7 +76,7 @@ fig.tight_layout()
 
 # %%
 # Statistics: Bethe against a long Gibbs chain (Figure 4b)
-# -------------------------------------------------------
+# --------------------------------------------------------
 # N = 100, alpha = 0.5, g = 0.55, v = 0.02: magnetisations m_i, hidden
 # magnetisations m_hat_a and correlations C_ai = <s_a sigma_i> (spin units).
 
