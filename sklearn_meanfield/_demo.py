@@ -20,6 +20,8 @@ from sklearn.preprocessing import StandardScaler
 
 import sklearn_meanfield
 
+__all__ = ["DemoCase", "main", "run"]
+
 
 @dataclass(frozen=True)
 class DemoCase:
@@ -29,6 +31,45 @@ class DemoCase:
     estimators; ``loo_score`` maps our fitted estimator to its built-in
     leave-one-out estimate expressed in the units of ``metric`` (or None when
     the estimator has none).
+
+    Parameters
+    ----------
+    estimator : str
+        Name of the estimator in ``sklearn_meanfield.__all__``.
+    dataset : str
+        Name of the data set, for the table.
+    load : callable
+        ``load(quick) -> (X, y)``.
+    make : callable
+        ``make(quick) -> estimator`` (usually a pipeline ending in ours).
+    peer : str
+        Name of the scikit-learn peer, for the table.
+    make_peer : callable
+        ``make_peer(quick) -> estimator``.
+    metric : {"accuracy", "mse"}
+        How both are scored by cross-validation.
+    loo_score : callable or None
+        Our fitted model to its leave-one-out estimate in ``metric`` units.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from sklearn.linear_model import LogisticRegression
+    >>> from sklearn_meanfield import TAPPerceptronClassifier
+    >>> from sklearn_meanfield._demo import DemoCase
+    >>> case = DemoCase(
+    ...     estimator="TAPPerceptronClassifier",
+    ...     dataset="iris",
+    ...     load=lambda quick: load_iris(return_X_y=True),
+    ...     make=lambda quick: TAPPerceptronClassifier(random_state=0),
+    ...     peer="LogisticRegression",
+    ...     make_peer=lambda quick: LogisticRegression(),
+    ...     metric="accuracy",
+    ...     loo_score=lambda model: 1 - model.loo_error_,
+    ... )
+    >>> X, y = case.load(True)
+    >>> bool(case.loo_score(case.make(True).fit(X, y)) > 0.8)
+    True
     """
 
     estimator: str
@@ -253,21 +294,44 @@ def _format(value, metric):
     return f"{value:.3f}"
 
 
-def run(quick=False, out=sys.stdout):
+def run(quick=False, out=None, estimators=None):
     """Run the demo and print the table; return its rows as dictionaries.
 
     Parameters
     ----------
     quick : bool, default=False
         Subsampled data, 3 folds and short fits: a smoke run.
-    out : file-like, default=sys.stdout
-        Where progress and the table go.
+    out : file-like or None, default=None
+        Where progress and the table go; None means ``sys.stdout`` at the
+        time of the call (so that redirections and notebooks capture it).
+    estimators : list of str or None, default=None
+        Run only the cases of these estimators; None runs every exported one.
 
     Returns
     -------
     rows : list of dict
+        One row per estimator: data set, metric, our CV score, built-in
+        leave-one-out estimate and fit time, and the peer's CV score and fit
+        time.
+
+    Examples
+    --------
+    >>> import io
+    >>> from sklearn_meanfield._demo import run
+    >>> out = io.StringIO()
+    >>> rows = run(quick=True, out=out, estimators=["TAPPerceptronClassifier"])
+    >>> [(row["estimator"], row["peer"]) for row in rows]
+    [('TAPPerceptronClassifier', 'LogisticRegression')]
+    >>> bool(abs(rows[0]["cv"] - rows[0]["peer_cv"]) < 0.05)
+    True
     """
+    out = sys.stdout if out is None else out
     available = [c for c in _cases() if hasattr(sklearn_meanfield, c.estimator)]
+    if estimators is not None:
+        unknown = set(estimators) - {c.estimator for c in available}
+        if unknown:
+            raise ValueError(f"No demo case for {sorted(unknown)}.")
+        available = [c for c in available if c.estimator in estimators]
     if not available:
         print(
             "sklearn-meanfield exports no estimator yet: nothing to demonstrate.",
@@ -351,7 +415,27 @@ def _print_table(rows, n_splits, out):
 
 
 def main(argv=None):
-    """Command-line entry point."""
+    """Command-line entry point: ``python -m sklearn_meanfield [--quick]``.
+
+    Parameters
+    ----------
+    argv : list of str or None, default=None
+        Command-line arguments; None reads ``sys.argv``.
+
+    Returns
+    -------
+    status : int
+        The exit status, 0.
+
+    Examples
+    --------
+    >>> import contextlib, io
+    >>> from sklearn_meanfield._demo import main
+    >>> with contextlib.redirect_stdout(io.StringIO()) as out:
+    ...     status = main(["--quick", "--only", "TAPPerceptronClassifier"])
+    >>> status, "LogisticRegression" in out.getvalue()
+    (0, True)
+    """
     parser = argparse.ArgumentParser(
         prog="python -m sklearn_meanfield",
         description="Fit every sklearn-meanfield estimator next to its "
@@ -360,7 +444,10 @@ def main(argv=None):
     parser.add_argument(
         "--quick", action="store_true", help="smoke run on subsampled data"
     )
+    parser.add_argument(
+        "--only", nargs="+", metavar="ESTIMATOR", help="run only these estimators"
+    )
     args = parser.parse_args(argv)
     print(f"sklearn-meanfield {sklearn_meanfield.__version__}", flush=True)
-    run(quick=args.quick)
+    run(quick=args.quick, estimators=args.only)
     return 0

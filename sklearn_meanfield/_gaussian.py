@@ -29,10 +29,21 @@ def log_norm_pdf(z):
     Parameters
     ----------
     z : array-like
+        Points at which to evaluate.
 
     Returns
     -------
     ndarray
+        ``log phi(z)``, of the shape of ``z``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield._gaussian import log_norm_pdf
+    >>> bool(np.isclose(log_norm_pdf(0.0), -0.5 * np.log(2 * np.pi)))
+    True
+    >>> float(log_norm_pdf(40.0))  # finite where phi itself underflows
+    -800.9189385332047
     """
     z = np.asarray(z, dtype=float)
     return -0.5 * z * z - LOG_SQRT_2PI
@@ -48,10 +59,12 @@ def log_norm_cdf(z):
     Parameters
     ----------
     z : array-like
+        Points at which to evaluate.
 
     Returns
     -------
     ndarray
+        ``log Phi(z)``, of the shape of ``z``.
 
     Examples
     --------
@@ -77,10 +90,12 @@ def norm_pdf_cdf_ratio(z):
     Parameters
     ----------
     z : array-like
+        Points at which to evaluate.
 
     Returns
     -------
     ndarray
+        ``phi(z) / Phi(z)``, of the shape of ``z``.
 
     Examples
     --------
@@ -101,11 +116,24 @@ def log_noisy_step(z, label_noise=0.0):
     Parameters
     ----------
     z : array-like
-    label_noise : float in [0, 0.5)
+        Standardised field ``y m / sqrt(s)``.
+    label_noise : float in [0, 0.5), default=0.0
+        Probability ``kappa`` that a label was flipped.
 
     Returns
     -------
     ndarray
+        The log-likelihood, of the shape of ``z``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield._gaussian import log_noisy_step
+    >>> bool(np.isclose(log_noisy_step(0.0), np.log(0.5)))
+    True
+    >>> # Far on the wrong side only the flip probability is left.
+    >>> bool(np.isclose(log_noisy_step(-50.0, label_noise=0.1), np.log(0.1)))
+    True
     """
     log_phi = log_norm_cdf(z)
     if label_noise == 0.0:
@@ -119,7 +147,9 @@ def noisy_step_moments(z, label_noise=0.0):
     Parameters
     ----------
     z : array-like
-    label_noise : float in [0, 0.5)
+        Standardised field ``y m / sqrt(s)``.
+    label_noise : float in [0, 0.5), default=0.0
+        Probability ``kappa`` that a label was flipped.
 
     Returns
     -------
@@ -127,6 +157,14 @@ def noisy_step_moments(z, label_noise=0.0):
         ``log Z(z)``.
     dlog_z : ndarray
         ``d log Z / dz = (1 - 2 kappa) phi(z) / Z(z)``, finite for all ``z``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield._gaussian import noisy_step_moments
+    >>> log_z, dlog_z = noisy_step_moments(np.array([0.0, -40.0]))
+    >>> np.round(dlog_z, 4).tolist()  # phi(0) / Phi(0), then about -z
+    [0.7979, 40.025]
     """
     z = np.asarray(z, dtype=float)
     log_z = log_noisy_step(z, label_noise)
@@ -143,12 +181,22 @@ def hermite_rule(n_points):
     Parameters
     ----------
     n_points : int
+        Number of nodes.
 
     Returns
     -------
-    nodes, weights : ndarray of shape (n_points,)
+    nodes : ndarray of shape (n_points,)
+        Quadrature nodes.
+    weights : ndarray of shape (n_points,)
         ``sum(weights * f(nodes)) ~ E[f(Z)]`` for ``Z ~ N(0, 1)``; the weights
         sum to one.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield._gaussian import hermite_rule
+    >>> nodes, weights = hermite_rule(5)
+    >>> round(float(weights @ nodes**4), 12)  # E[Z**4] = 3
+    3.0
     """
     nodes, weights = np.polynomial.hermite_e.hermegauss(int(n_points))
     return nodes, weights / weights.sum()
@@ -172,7 +220,8 @@ def gauss_hermite_expectation(function, mean, std, n_points=32):
 
     Returns
     -------
-    ndarray of the broadcast shape of ``mean`` and ``std``.
+    ndarray
+        The expectations, of the broadcast shape of ``mean`` and ``std``.
 
     Examples
     --------
@@ -187,5 +236,22 @@ def gauss_hermite_expectation(function, mean, std, n_points=32):
 
 
 def norm_cdf(z):
-    """Standard normal CDF (``scipy.special.ndtr``), exported for symmetry."""
+    """Standard normal CDF (``scipy.special.ndtr``), exported for symmetry.
+
+    Parameters
+    ----------
+    z : array-like
+        Points at which to evaluate.
+
+    Returns
+    -------
+    ndarray
+        ``Phi(z)``, of the shape of ``z``.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield._gaussian import norm_cdf
+    >>> float(norm_cdf(0.0))
+    0.5
+    """
     return ndtr(np.asarray(z, dtype=float))
