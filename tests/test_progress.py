@@ -1,0 +1,157 @@
+"""Progress of long fits: every estimator reports through the shared reporter.
+
+With ``verbose=1`` each exported estimator prints progress lines, and every
+line it prints comes from :class:`sklearn_meanfield._progress.ProgressReporter`
+(the reporter's calls are recorded and must account for every printed line:
+no ad-hoc prints); with ``verbose=0`` nothing is printed.  The TAP estimators
+report every mean-field sweep at ``verbose=2``.
+"""
+
+import io
+import re
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone, is_classifier, is_regressor
+from sklearn.datasets import load_digits, make_classification, make_friedman1
+from sklearn.exceptions import ConvergenceWarning
+from test_common import FAST_PARAMS, public_estimator_classes
+
+from sklearn_meanfield import (
+    BetheRBM,
+    TAPGaussianProcessClassifier,
+    TAPPerceptronClassifier,
+)
+from sklearn_meanfield._progress import ProgressReporter
+
+LINE = re.compile(r"^\[.+?\] .+ \(\d+\.\ds\)$")
+
+# What each estimator's verbose=1 output must mention (the issue's list: HMC
+# iteration, acceptance and R-hat; restarts' bound; RBM epochs with the
+# log-likelihood; the GP optimiser's evidence; the perceptron's sweeps).
+EXPECTED = {
+    "HMCNetworkRegressor": ("iteration", "acceptance", "R-hat"),
+    "EnsembleLearningRegressor": ("bound",),
+    "BetheRBM": ("epoch", "log-likelihood"),
+    "TAPGaussianProcessClassifier": ("log evidence",),
+    "TAPPerceptronClassifier": ("sweeps",),
+}
+
+
+def _instance(cls, verbose):
+    params = dict(FAST_PARAMS.get(cls.__name__, {}))
+    if cls is TAPGaussianProcessClassifier:
+        params["optimizer"] = "fmin_l_bfgs_b"  # the optimiser reports at verbose=1
+    est = cls(**params)
+    extra = {"verbose": verbose}
+    if "n_jobs" in est.get_params():
+        extra["n_jobs"] = 1  # everything in this process, where capsys sees it
+    return est.set_params(**extra)
+
+
+def _data(estimator):
+    if is_classifier(estimator):
+        return make_classification(
+            n_samples=60, n_features=4, n_informative=3, n_redundant=0, random_state=0
+        )
+    if is_regressor(estimator):
+        return make_friedman1(n_samples=50, n_features=5, noise=0.3, random_state=0)
+    X, _ = load_digits(return_X_y=True)
+    return (X[:60, ::4] > 7).astype(float), None
+
+
+@pytest.fixture
+def reporter_calls(monkeypatch):
+    """Record every call of the shared reporter that prints a line."""
+    calls = []
+    original = ProgressReporter.__call__
+
+    def recording(self, level, message, *args):
+        if self.verbose >= level:
+            calls.append((self.prefix, level, message % args if args else message))
+        return original(self, level, message, *args)
+
+    monkeypatch.setattr(ProgressReporter, "__call__", recording)
+    return calls
+
+
+def _fit(estimator):
+    X, y = _data(estimator)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return clone(estimator).fit(X, y)
+
+
+CLASSES = public_estimator_classes()
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_verbose_fit_reports_through_the_shared_reporter(cls, capsys, reporter_calls):
+    _fit(_instance(cls, verbose=1))
+    lines = [line for line in capsys.readouterr().out.splitlines() if line]
+    assert lines, f"{cls.__name__} printed nothing at verbose=1"
+    # Every printed line is one reporter call, in order, in the reporter's format.
+    assert len(lines) == len(reporter_calls)
+    for line, (prefix, level, text) in zip(lines, reporter_calls):
+        assert LINE.match(line), line
+        assert line.startswith(f"[{prefix}] {text} (")
+        assert level == 1
+    for word in EXPECTED[cls.__name__]:
+        assert any(word in line for line in lines), (word, lines)
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_silent_at_verbose_zero(cls, capsys, reporter_calls):
+    _fit(_instance(cls, verbose=0))
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert reporter_calls == []
+
+
+def test_rbm_reports_one_line_per_epoch(capsys):
+    model = _instance(BetheRBM, verbose=1).set_params(n_iter=4)
+    _fit(model)
+    epochs = [line for line in capsys.readouterr().out.splitlines() if "epoch" in line]
+    assert [int(re.search(r"epoch (\d+)", line).group(1)) for line in epochs] == [
+        1,
+        2,
+        3,
+        4,
+    ]
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [TAPPerceptronClassifier, TAPGaussianProcessClassifier],
+    ids=lambda c: c.__name__,
+)
+def test_tap_sweeps_reported_at_verbose_two(cls, capsys, reporter_calls):
+    model = _instance(cls, verbose=2)
+    if cls is TAPGaussianProcessClassifier:
+        model.set_params(optimizer=None)
+    fitted = _fit(model)
+    lines = capsys.readouterr().out.splitlines()
+    sweeps = [line for line in lines if "sweep" in line and "residual" in line]
+    # One line per sweep of the final solve at least (n_iter_ sweeps).
+    assert len(sweeps) >= fitted.n_iter_ >= 1
+    assert len(lines) == len(reporter_calls)
+    assert any(level == 2 for _, level, _ in reporter_calls)
+
+
+def test_reporter_levels_format_and_stream():
+    stream = io.StringIO()
+    reporter = ProgressReporter(verbose=1, prefix="X", stream=stream)
+    assert reporter.enabled(1) and not reporter.enabled(2)
+    reporter(1, "step %d of %d, value %.2f", 3, 10, np.pi)
+    reporter(2, "hidden at verbose=1")
+    reporter(1, "no arguments: %d stays")
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2
+    assert LINE.match(lines[0]) and lines[0].startswith(
+        "[X] step 3 of 10, value 3.14 ("
+    )
+    assert lines[1].startswith("[X] no arguments: %d stays (")
+    silent = io.StringIO()
+    ProgressReporter(verbose=None, prefix="Y", stream=silent)(1, "nothing")
+    assert silent.getvalue() == ""
