@@ -18,6 +18,7 @@ from sklearn_meanfield.variational._erf_network import (
     erf_moments,
     erf_pair_moments,
     init_params,
+    natural_gradient_terms,
     negative_bound,
     output_moments,
     reestimate,
@@ -285,3 +286,71 @@ def test_wild_trial_points_give_finite_bound_and_gradient(covariance):
     wild[:k] = 1e8
     value, grad = negative_bound(wild, X1, T, alpha, lam, shape)
     assert np.isfinite(value) and np.all(np.isfinite(grad))
+
+
+@pytest.mark.parametrize("covariance", ["full", "diag"])
+def test_covariance_gradient_matches_finite_differences(covariance):
+    # natural_gradient_terms returns 2 dL/dC for the expected loss
+    # L = -<log p(T, w)> (bound minus entropy); check it along random
+    # symmetric directions E: dL = tr(dL/dC E).
+    X1, T, shape, theta, alpha, lam = _problem(covariance)
+    value, g_wbar, target = natural_gradient_terms(theta, X1, T, alpha, lam, shape)
+    k = shape.n_weights
+    wbar = unpack(theta, shape)[0]
+    C = covariance_matrix(theta, shape)
+
+    def loss(C_new):
+        if covariance == "diag":
+            params = np.concatenate([wbar, 0.5 * np.log(np.diag(C_new))])
+        else:
+            L = np.linalg.cholesky(C_new)
+            params = np.concatenate([wbar, np.log(np.diag(L)), L[shape._tril]])
+        entropy = 0.5 * np.linalg.slogdet(C_new)[1]
+        return negative_bound(params, X1, T, alpha, lam, shape, False) + entropy
+
+    rng = np.random.RandomState(11)
+    eps = 1e-5
+    for _ in range(3):
+        E = rng.normal(size=(k, k))
+        E = E + E.T
+        if covariance == "diag":
+            E = np.diag(np.diag(E))
+        numeric = (loss(C + eps * E) - loss(C - eps * E)) / (2 * eps)
+        assert 0.5 * np.sum(target * E) == pytest.approx(numeric, rel=1e-5, abs=1e-7)
+    # The mean gradient is the one of negative_bound.
+    _, grad = negative_bound(theta, X1, T, alpha, lam, shape)
+    np.testing.assert_allclose(g_wbar, grad[:k], rtol=1e-12, atol=1e-12)
+    assert value == pytest.approx(negative_bound(theta, X1, T, alpha, lam, shape)[0])
+
+
+def test_natural_gradient_steps_reach_the_lbfgs_optimum():
+    # At fixed hyperparameters the natural-gradient iteration must reach the
+    # bound of a tightly converged L-BFGS fit from the same start, and end at
+    # its own fixed point: precision = 2 dL/dC (Opper & Archambeau 2009).
+    from sklearn_meanfield.variational._optimise import (
+        _natural_step,
+        precision_matrix,
+    )
+
+    X1, T, shape, start, alpha, lam = _problem("full", n=25, n_outputs=1)
+    args = (X1, T, alpha, lam, shape)
+    reference = minimize(
+        negative_bound,
+        start,
+        args=args,
+        jac=True,
+        method="L-BFGS-B",
+        options=dict(maxiter=20000, gtol=1e-10, ftol=1e-15),
+    )
+    theta, precision, step = start, precision_matrix(start, shape), 1.0
+    for _ in range(150):
+        value, g_wbar, target = natural_gradient_terms(theta, *args)
+        accepted = _natural_step(
+            theta, precision, value, g_wbar, target, min(1.0, 2 * step), args, shape
+        )
+        assert accepted is not None
+        assert accepted[2] <= value  # every step raises the bound
+        theta, precision, _, _, step = accepted
+    value, _, target = natural_gradient_terms(theta, *args)
+    assert value == pytest.approx(reference.fun, abs=5e-3)
+    np.testing.assert_allclose(precision, target, atol=1e-2 * np.abs(target).max())

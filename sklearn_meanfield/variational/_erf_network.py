@@ -40,8 +40,11 @@ __all__ = [
     "cavity_loo",
     "psis_loo",
     "negative_bound",
+    "natural_gradient_terms",
     "joint_negative_bound",
     "reestimate",
+    "reestimate_from_stats",
+    "bound_at_hyperparameters",
     "weight_groups",
 ]
 
@@ -383,12 +386,15 @@ def _local(X1, wbar, diag, F, shape):
     du2 = diag[: shape.n_u].reshape(H, P)
     dv2 = diag[shape.n_u :].reshape(H, M)
     abar = X1 @ Ubar.T  # (n, H)
-    R = np.einsum("np,hpr->nhr", X1, Fu)  # (n, H, r)
+    r = Fu.shape[2]
+    # One BLAS product each (einsum would loop in C without BLAS here).
+    R = (X1 @ Fu.transpose(1, 0, 2).reshape(P, H * r)).reshape(len(X1), H, r)
     S = np.matmul(R, np.swapaxes(R, 1, 2))  # (n, H, H)
     Sd = (X1 * X1) @ du2.T  # (n, H): the diagonal part of C
     S[:, np.arange(H), np.arange(H)] += Sd
     # c[n, m, k, i] = Cov(v_km, a_i); the diagonal part of C never couples them.
-    c = np.einsum("kmr,nir->nmki", Fv, R)
+    c = np.matmul(Fv.transpose(1, 0, 2).reshape(1, M * H, r), np.swapaxes(R, 1, 2))
+    c = c.reshape(-1, M, H, H)
     D = np.einsum("kmr,lmr->mkl", Fv, Fv)  # (M, H, H)
     D[:, np.arange(H), np.arange(H)] += dv2.T
     return dict(Ubar=Ubar, Vbar=Vbar, Fu=Fu, Fv=Fv, abar=abar, R=R, S=S, c=c, D=D)
@@ -428,15 +434,11 @@ def _symmetric_pair_moments(loc, order):
     half = erf_pair_moments(
         abar[:, iu], abar[:, ju], sdiag[:, iu], S[:, iu, ju], sdiag[:, ju], order
     )
-    pair = np.empty((H, H), dtype=np.intp)
-    pair[iu, ju] = np.arange(iu.size)
-    pair[ju, iu] = np.arange(iu.size)
-    upper = np.arange(H)[:, None] <= np.arange(H)[None, :]
-    return np.where(
-        upper,
-        np.take(half, pair, axis=3),
-        np.take(np.swapaxes(half, 0, 1), pair, axis=3),
-    )
+    # Scattering into both triangles costs far less than the jet itself.
+    J = np.empty(half.shape[:3] + (H, H))
+    J[..., iu, ju] = half
+    J[..., ju, iu] = np.swapaxes(half, 0, 1)
+    return J
 
 
 def _data_moments(loc, order):
@@ -487,36 +489,10 @@ def _swap_jet_axes(J):
     return J[:, :, :, None, :, :]
 
 
-def negative_bound(theta, X1, T, alpha, lam, shape, return_grad=True, stats=None):
-    """Minus the variational lower bound and its gradient.
-
-    ``F = <log p(T | w, alpha)> + <log p(w | lambda)> + H[Q]`` with
-    ``<log p(T | w)> = sum_nm [log(alpha_m / 2 pi) - alpha_m l_nm] / 2``,
-    ``l_nm = <f_m^2> - 2 t_nm <f_m> + t_nm^2`` (Barber & Bishop 1998, eqs. 9-11),
-    prior term ``sum_j [log(lambda_j / 2 pi) - lambda_j (wbar_j^2 + C_jj)] / 2``
-    and entropy ``log|C| / 2 + k (1 + log 2 pi) / 2``.
-
-    Parameters
-    ----------
-    theta : ndarray of shape (shape.n_params,)
-    X1 : ndarray of shape (n_samples, n_inputs + 1)
-    T : ndarray of shape (n_samples, n_outputs)
-    alpha : ndarray of shape (n_outputs,)
-        Noise precisions.
-    lam : ndarray of shape (n_weights,)
-        Prior precision of every weight.
-    shape : NetworkShape
-    return_grad : bool, default=True
-    stats : dict or None, default=None
-        If a dict, receives ``sq_err`` (``sum_n l_nm``, shape (n_outputs,)) and
-        ``second_moment`` (``wbar_j^2 + C_jj``, shape (n_weights,)): what the
-        hyperparameter gradients and re-estimates need.
-
-    Returns
-    -------
-    value : float
-    grad : ndarray of shape (shape.n_params,), only if ``return_grad``.
-    """
+def _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats):
+    """Minus the bound and, if asked, its gradient with respect to ``wbar`` and
+    the local moments of every data point (the backward pass shared by
+    :func:`negative_bound` and :func:`natural_gradient_terms`)."""
     H, M = shape.n_hidden, shape.n_outputs
     k = shape.n_weights
     n = X1.shape[0]
@@ -526,7 +502,7 @@ def negative_bound(theta, X1, T, alpha, lam, shape, return_grad=True, stats=None
     order = 4 if return_grad else 2
     first, second, aux = _data_moments(loc, order=order)
     sq_err = second - 2.0 * T * first + T * T
-    cdiag_C = diag + np.einsum("jr,jr->j", F, F)
+    cdiag_C = diag + np.square(F).sum(axis=1)
 
     data = 0.5 * n * np.sum(np.log(alpha) - _LOG_2PI) - 0.5 * np.sum(sq_err * alpha)
     prior = 0.5 * np.sum(np.log(lam) - _LOG_2PI) - 0.5 * np.sum(
@@ -534,15 +510,17 @@ def negative_bound(theta, X1, T, alpha, lam, shape, return_grad=True, stats=None
     )
     if shape.covariance == "full":
         logdet = 2.0 * np.sum(log_diag)
+        woodbury = None
     else:
         logdet, woodbury = _lowrank_logdet(diag, F)
     entropy = 0.5 * logdet + 0.5 * k * (1.0 + _LOG_2PI)
     value = data + prior + entropy
     if stats is not None:
         stats["sq_err"] = sq_err.sum(axis=0)
+        stats["n_samples"] = n
         stats["second_moment"] = wbar * wbar + cdiag_C
     if not return_grad:
-        return -value
+        return -value, None
 
     # ---- backward pass: d(-value) = d(sum_nm alpha_m l_nm / 2) - d(prior) - ...
     gF2 = np.broadcast_to(0.5 * alpha, (n, M))  # d loss / d <f^2>
@@ -596,13 +574,83 @@ def negative_bound(theta, X1, T, alpha, lam, shape, return_grad=True, stats=None
     g_c[:, :, idx, idx] += g_cdiag
     g_S = g_s12
     g_S[:, idx, idx] += g_sdiag
+    g_U = g_abar.T @ X1  # (H, P)
+    # Prior (as a loss) adds lam wbar to the mean gradient.
+    g_wbar = np.concatenate([g_U.ravel(), g_vbar.ravel()]) + lam * wbar
+    local = dict(
+        g_wbar=g_wbar,
+        g_S=g_S,
+        g_c=g_c,
+        g_D=g_D,
+        loc=loc,
+        wbar=wbar,
+        diag=diag,
+        F=F,
+        woodbury=woodbury,
+    )
+    return -value, local
+
+
+def negative_bound(theta, X1, T, alpha, lam, shape, return_grad=True, stats=None):
+    """Minus the variational lower bound and its gradient.
+
+    ``F = <log p(T | w, alpha)> + <log p(w | lambda)> + H[Q]`` with
+    ``<log p(T | w)> = sum_nm [log(alpha_m / 2 pi) - alpha_m l_nm] / 2``,
+    ``l_nm = <f_m^2> - 2 t_nm <f_m> + t_nm^2`` (Barber & Bishop 1998, eqs. 9-11),
+    prior term ``sum_j [log(lambda_j / 2 pi) - lambda_j (wbar_j^2 + C_jj)] / 2``
+    and entropy ``log|C| / 2 + k (1 + log 2 pi) / 2``.
+
+    Parameters
+    ----------
+    theta : ndarray of shape (shape.n_params,)
+    X1 : ndarray of shape (n_samples, n_inputs + 1)
+    T : ndarray of shape (n_samples, n_outputs)
+    alpha : ndarray of shape (n_outputs,)
+        Noise precisions.
+    lam : ndarray of shape (n_weights,)
+        Prior precision of every weight.
+    shape : NetworkShape
+    return_grad : bool, default=True
+    stats : dict or None, default=None
+        If a dict, receives ``sq_err`` (``sum_n l_nm``, shape (n_outputs,)) and
+        ``second_moment`` (``wbar_j^2 + C_jj``, shape (n_weights,)): what the
+        hyperparameter gradients and re-estimates need.
+
+    Returns
+    -------
+    value : float
+    grad : ndarray of shape (shape.n_params,), only if ``return_grad``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.variational._erf_network import (
+    ...     NetworkShape, init_params, negative_bound)
+    >>> rng = np.random.RandomState(0)
+    >>> X1 = np.column_stack([rng.normal(size=(5, 2)), np.ones(5)])
+    >>> T = rng.normal(size=(5, 1))
+    >>> shape = NetworkShape(2, 3, 1, "full")
+    >>> theta = init_params(shape, rng)
+    >>> value, grad = negative_bound(theta, X1, T, np.ones(1), np.ones(12), shape)
+    >>> grad.shape == theta.shape, bool(np.isfinite(value))
+    (True, True)
+    """
+    value, local = _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats)
+    if not return_grad:
+        return value
+    H, M = shape.n_hidden, shape.n_outputs
+    k = shape.n_weights
+    g_S, g_c, g_D, loc = local["g_S"], local["g_c"], local["g_D"], local["loc"]
+    F, diag = local["F"], local["diag"]
+    idx = np.arange(H)
 
     # Local moments -> parameters.
     R, Fv = loc["R"], loc["Fv"]
-    g_U = g_abar.T @ X1  # (H, P)
     g_R = np.matmul(g_S + np.swapaxes(g_S, 1, 2), R)
     g_R += np.tensordot(g_c, Fv, axes=([1, 2], [1, 0]))
-    g_Fv = np.einsum("nmki,nir->kmr", g_c, R)
+    n = X1.shape[0]
+    g_Fv = np.tensordot(g_c.reshape(n, M, H, H), R, axes=([0, 3], [0, 1]))
+    g_Fv = g_Fv.transpose(1, 0, 2)
     g_Fv += np.einsum("mkl,lmr->kmr", g_D + np.swapaxes(g_D, 1, 2), Fv)
     g_Fu = np.tensordot(X1, g_R, axes=([0], [0])).transpose(1, 0, 2)
     g_F = np.concatenate([g_Fu.reshape(shape.n_u, -1), g_Fv.reshape(H * M, -1)])
@@ -612,26 +660,82 @@ def negative_bound(theta, X1, T, alpha, lam, shape, return_grad=True, stats=None
             np.einsum("mkk->km", g_D).ravel(),
         ]
     )
-    g_wbar = np.concatenate([g_U.ravel(), g_vbar.ravel()])
-    # Prior (as a loss) adds lam wbar, lam F, lam / 2 on diag.
-    g_wbar = g_wbar + lam * wbar
+    # Prior (as a loss) adds lam F and lam / 2 on diag.
     g_F = g_F + lam[:, None] * F
     g_diag = g_diag + 0.5 * lam
 
     grad = np.empty_like(theta)
-    grad[:k] = g_wbar
+    grad[:k] = local["g_wbar"]
     if shape.covariance == "full":
         # Entropy: log|C| / 2 = sum log_diag; d L_jj / d log_diag_j = L_jj.
         grad[k : 2 * k] = np.diagonal(g_F) * np.diagonal(F) - 1.0
         grad[2 * k :] = g_F[shape._tril]
     else:
-        CinvF, cinv_diag = woodbury
+        CinvF, cinv_diag = local["woodbury"]
         # d log|C| / dF = 2 C^-1 F; d log|C| / d d_j^2 = (C^-1)_jj.
         g_diag = g_diag - 0.5 * cinv_diag
         grad[k : 2 * k] = g_diag * 2.0 * diag
         if shape.covariance == "lowrank":
             grad[2 * k :] = (g_F - CinvF).ravel()
-    return -value, grad
+    return value, grad
+
+
+def natural_gradient_terms(theta, X1, T, alpha, lam, shape, stats=None):
+    """Minus the bound, its gradient in ``wbar`` and twice its gradient in ``C``.
+
+    The expected loss ``L = -<log p(T, w)>`` depends on ``C`` only through the
+    moments of each point's activations and output weights, so
+    ``G = dL / dC`` (a symmetric matrix) follows from the same backward pass as
+    :func:`negative_bound`.  The bound is stationary in ``C`` where
+    ``C^-1 = 2 G`` (Opper & Archambeau 2009), and ``2 G`` is the prior
+    precision plus the expected Hessian of the data term (Price's theorem):
+    the target of a natural-gradient step on the precision.
+
+    Returns
+    -------
+    value : float
+    g_wbar : ndarray of shape (n_weights,)
+    target_precision : ndarray of shape (n_weights, n_weights)
+        ``2 G`` (also for a diagonal ``C``, whose natural-gradient step uses
+        its diagonal).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.variational._erf_network import (
+    ...     NetworkShape, init_params, natural_gradient_terms)
+    >>> rng = np.random.RandomState(0)
+    >>> X1 = np.column_stack([rng.normal(size=(5, 2)), np.ones(5)])
+    >>> shape = NetworkShape(2, 3, 1, "full")
+    >>> theta = init_params(shape, rng)
+    >>> _, g, P = natural_gradient_terms(
+    ...     theta, X1, rng.normal(size=(5, 1)), np.ones(1), np.ones(12), shape)
+    >>> P.shape, bool(np.allclose(P, P.T))
+    ((12, 12), True)
+    """
+    if shape.covariance == "lowrank":
+        raise ValueError("natural-gradient terms are for full or diag covariances")
+    value, local = _evaluate(theta, X1, T, alpha, lam, shape, True, stats)
+    H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
+    n = X1.shape[0]
+    g_S, g_c, g_D = local["g_S"], local["g_c"], local["g_D"]
+    k = shape.n_weights
+    G = np.zeros((k, k))
+    # S_nij = x_n^T C[u_i, u_j] x_n: dL/dC[(i, p), (j, q)] = sum_n g_S x_np x_nq.
+    weighted = g_S.reshape(n, H * H, 1) * X1[:, None, :]
+    Guu = np.tensordot(weighted, X1, axes=([0], [0])).reshape(H, H, P, P)
+    G[: shape.n_u, : shape.n_u] = Guu.transpose(0, 2, 1, 3).reshape(shape.n_u, -1)
+    # c_nmki = sum_p C[v_km, (i, p)] x_np.
+    Gvu = np.tensordot(g_c, X1, axes=([0], [0]))  # (M, H, H, P): m, k, i, p
+    G[shape.n_u :, : shape.n_u] = Gvu.transpose(1, 0, 2, 3).reshape(H * M, -1)
+    # D_mkl = C[v_km, v_lm].
+    Gvv = np.zeros((H, M, H, M))
+    for m in range(M):
+        Gvv[:, m, :, m] = g_D[m]
+    G[shape.n_u :, shape.n_u :] = Gvv.reshape(H * M, H * M)
+    target = G + G.T  # 2 * the symmetric gradient
+    target[np.diag_indices(k)] += lam
+    return value, local["g_wbar"], target
 
 
 def _lowrank_logdet(diag, F):
@@ -660,20 +764,84 @@ def reestimate(theta, X1, T, shape, groups, max_precision=1e8):
     -------
     alpha : ndarray of shape (n_outputs,)
     lambda_groups : ndarray of shape (n_groups,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.variational._erf_network import (
+    ...     NetworkShape, init_params, reestimate, weight_groups)
+    >>> rng = np.random.RandomState(0)
+    >>> X1 = np.column_stack([rng.normal(size=(8, 2)), np.ones(8)])
+    >>> shape = NetworkShape(2, 3, 1, "diag")
+    >>> alpha, lam = reestimate(init_params(shape, rng), X1,
+    ...     rng.normal(size=(8, 1)), shape, weight_groups(shape))
+    >>> alpha.shape, lam.shape
+    ((1,), (4,))
     """
-    n = X1.shape[0]
-    wbar, log_diag, F = unpack(theta, shape)
-    first, second = output_moments(X1, theta, shape)
-    sq_err = np.maximum(second - 2.0 * T * first + T * T, 0.0).sum(axis=0)
-    alpha = n / np.maximum(sq_err, n / max_precision)
-    cdiag_C = _diag_part(log_diag, shape) + np.einsum("jr,jr->j", F, F)
+    stats = {}
+    negative_bound(
+        theta,
+        X1,
+        T,
+        np.ones(shape.n_outputs),
+        np.ones(shape.n_weights),
+        shape,
+        return_grad=False,
+        stats=stats,
+    )
+    return reestimate_from_stats(stats, X1.shape[0], groups, max_precision)
+
+
+def reestimate_from_stats(stats, n_samples, groups, max_precision=1e8):
+    """:func:`reestimate` from the ``stats`` filled in by :func:`negative_bound`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.variational._erf_network import reestimate_from_stats
+    >>> stats = dict(sq_err=np.array([5.0]), second_moment=np.array([0.5, 1.5]))
+    >>> alpha, lam = reestimate_from_stats(stats, 10, np.array([0, 0]))
+    >>> alpha.tolist(), lam.tolist()
+    ([2.0], [1.0])
+    """
+    sq_err = np.maximum(stats["sq_err"], 0.0)
+    alpha = n_samples / np.maximum(sq_err, n_samples / max_precision)
     n_groups = groups.max() + 1
     counts = np.bincount(groups, minlength=n_groups)
-    sums = np.bincount(groups, weights=wbar * wbar + cdiag_C, minlength=n_groups)
+    sums = np.bincount(groups, weights=stats["second_moment"], minlength=n_groups)
     lam = counts / np.maximum(sums, counts / max_precision)
     return np.clip(alpha, 1.0 / max_precision, max_precision), np.clip(
         lam, 1.0 / max_precision, max_precision
     )
+
+
+def bound_at_hyperparameters(value, stats, alpha_old, lam_old, alpha, lam, n):
+    """Minus the bound after the hyperparameters change from old to new.
+
+    The bound depends on ``alpha`` and ``lambda`` (per weight) only through
+    ``n/2 sum log alpha - sum alpha sq_err / 2`` and
+    ``sum (log lambda - lambda second_moment) / 2``; ``stats`` as filled in by
+    :func:`negative_bound` at the same ``Q``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.variational._erf_network import (
+    ...     bound_at_hyperparameters)
+    >>> stats = dict(sq_err=np.array([5.0]), second_moment=np.array([0.5]))
+    >>> one = np.ones(1)
+    >>> float(bound_at_hyperparameters(3.0, stats, one, one, one, one, 10))
+    3.0
+    """
+
+    def part(a, lam_):
+        return (
+            0.5 * n * np.sum(np.log(a))
+            - 0.5 * np.sum(a * stats["sq_err"])
+            + (0.5 * np.sum(np.log(lam_) - lam_ * stats["second_moment"]))
+        )
+
+    return value + part(alpha_old, lam_old) - part(alpha, lam)
 
 
 def joint_negative_bound(params, X1, T, shape, groups):
