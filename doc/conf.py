@@ -8,7 +8,6 @@ does).  Both are strict: ``-W`` turns every warning into an error.
 import os
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import sklearn_meanfield
