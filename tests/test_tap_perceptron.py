@@ -9,6 +9,10 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegressionCV, Perceptron
 
 from sklearn_meanfield import TAPPerceptronClassifier
+from sklearn_meanfield.tap import _weight_space
+from sklearn_meanfield.tap._core import WeightSpacePosterior, expectation_propagation
+from sklearn_meanfield.tap._likelihoods import NoisyStepLikelihood
+from sklearn_meanfield.tap.perceptron import _powered_label_noise
 
 
 def _teacher_data(n_samples, n_features, seed, flip=0.0, n_test=0):
@@ -88,6 +92,62 @@ def test_dual_and_weight_space_give_the_same_solution():
         dual.predict_proba(X_test), weight.predict_proba(X_test), atol=1e-6
     )
     np.testing.assert_allclose(dual.loo_proba_, weight.loo_proba_, atol=1e-6)
+
+
+def test_weight_space_blocks_match_the_dual_solution(monkeypatch):
+    # Many row blocks (64 rows each here) must add up to the same posterior
+    # as the m x m kernel form of the dual path.
+    monkeypatch.setattr(_weight_space, "_BLOCK_BYTES", 64 * 8 * 11)
+    X, y, X_test, _, _ = _teacher_data(400, 10, 12, flip=0.05, n_test=50)
+    params = dict(label_noise=0.05, tol=1e-11, max_iter=3000)
+    dual = TAPPerceptronClassifier(space="dual", **params).fit(X, y)
+    weight = TAPPerceptronClassifier(space="weight", **params).fit(X, y)
+    assert len(_weight_space._row_blocks(400, 11)) == 7
+    np.testing.assert_allclose(dual.coef_, weight.coef_, atol=1e-6)
+    np.testing.assert_allclose(dual.intercept_, weight.intercept_, atol=1e-6)
+    np.testing.assert_allclose(
+        dual.predict_proba(X_test), weight.predict_proba(X_test), atol=1e-6
+    )
+    np.testing.assert_allclose(dual.loo_proba_, weight.loo_proba_, atol=1e-6)
+
+
+def _misspecified_data(n_samples, n_features, seed):
+    # 20% of the labels flipped, fitted with label_noise=0.05: plain parallel
+    # EP stalls on such data (measured residual 0.1-0.7 for hundreds of
+    # sweeps at m = 500-10,000, N = 50; here m = 150, N = 15).
+    return _teacher_data(n_samples, n_features, seed, flip=0.2, n_test=100)
+
+
+def test_power_ep_fallback_converges_where_plain_ep_stalls():
+    X, y, X_test, _, _ = _misspecified_data(150, 15, 1)
+    Phi = X / np.sqrt(15)
+    t = 2.0 * y - 1
+    plain = expectation_propagation(
+        WeightSpacePosterior(Phi), t, NoisyStepLikelihood(0.05), max_iter=300
+    )
+    assert not plain.converged
+    params = dict(label_noise=0.05, fit_intercept=False, tol=1e-10, n_restarts=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        weight = TAPPerceptronClassifier(space="weight", **params).fit(X, y)
+        dual = TAPPerceptronClassifier(space="dual", **params).fit(X, y)
+    # The same fixed point in both representations.
+    np.testing.assert_allclose(dual.coef_, weight.coef_, atol=1e-6)
+    np.testing.assert_allclose(dual.loo_proba_, weight.loo_proba_, atol=1e-6)
+    np.testing.assert_allclose(
+        dual.predict_proba(X_test), weight.predict_proba(X_test), atol=1e-6
+    )
+
+
+def test_powered_noisy_step_is_a_noisy_step():
+    # (k + (1 - 2k) Theta)**e = c (k' + (1 - 2k') Theta) with the same c on
+    # both sides of the step.
+    for noise, power in [(0.05, 0.5), (0.2, 0.25), (0.01, 0.7)]:
+        powered = _powered_label_noise(noise, power)
+        low, high = noise**power, (1 - noise) ** power
+        scale = low / powered
+        np.testing.assert_allclose(scale * (1 - powered), high, rtol=1e-12)
+    assert _powered_label_noise(0.0, 0.5) == 0.0
 
 
 def test_auto_space_follows_the_shape():

@@ -290,6 +290,9 @@ def expectation_propagation(
     tol=1e-6,
     damping=0.8,
     reporter=None,
+    power=1.0,
+    site_steps=False,
+    patience=None,
 ):
     """Solve the adaptive TAP / EP equations with parallel damped updates.
 
@@ -318,6 +321,20 @@ def expectation_propagation(
         Initial fraction of the proposed site change that is taken.
     reporter : callable or None
         ``reporter(level, message, *args)`` for progress at verbose >= 2.
+    power : float in (0, 1], default=1.0
+        Fractional (power) EP: each cavity removes only ``power`` times its
+        site, and ``likelihood`` must then be the likelihood raised to
+        ``power`` (Minka's power EP, an alpha-divergence projection).  Its
+        fixed points are more stable for likelihoods that are not
+        log-concave; 1 is plain EP.  The returned cavities remove the whole
+        site.
+    site_steps : bool, default=False
+        Give every site its own step: halved when its proposed change
+        reverses direction, grown by 1.2 (up to ``damping``) otherwise,
+        instead of one step for all sites.
+    patience : int or None, default=None
+        Stop early (not converged) when the smallest residual has not halved
+        in this many sweeps.
 
     Returns
     -------
@@ -335,14 +352,17 @@ def expectation_propagation(
     best = None
     previous_residual = np.inf
     step = float(damping)
+    steps = np.full(n, step) if site_steps else None
+    last_change = np.zeros((2, n))
+    halved_at = (np.inf, 0)  # (residual, sweep) when the best last halved
     converged = False
     for n_iter in range(1, max_iter + 1):
-        cavity_tau, cavity_nu = _cavities(solution, tau, nu)
+        cavity_tau, cavity_nu = _cavities(solution, power * tau, power * nu)
         valid = cavity_tau > 0
         cavity_var = np.where(valid, 1.0 / np.where(valid, cavity_tau, 1.0), 1.0)
         cavity_mean = cavity_nu * cavity_var
         log_z, first, second = likelihood.moments(t, cavity_mean, cavity_var)
-        denominator = _tilted_variance_ratio(cavity_var, second)
+        denominator = power * _tilted_variance_ratio(cavity_var, second)
         new_tau = np.where(valid, second / denominator, tau)
         new_nu = np.where(valid, (first + cavity_mean * second) / denominator, nu)
 
@@ -350,10 +370,14 @@ def expectation_propagation(
         state = (residual, tau, nu, solution)
         if best is None or residual < best[0]:
             best = state
+        if residual <= 0.5 * halved_at[0]:
+            halved_at = (residual, n_iter)
         if reporter is not None:
             reporter(2, "EP sweep %d: residual %.3g, step %.2f", n_iter, residual, step)
         if residual < tol and np.all(valid):
             converged = True
+            break
+        if patience is not None and n_iter - halved_at[1] > patience:
             break
         # Oscillation shrinks the step; steady progress lets it grow back.
         if residual > previous_residual:
@@ -361,8 +385,17 @@ def expectation_propagation(
         else:
             step = min(1.1 * step, damping)
         previous_residual = residual
+        if site_steps:
+            change = np.stack([new_tau - tau, new_nu - nu])
+            reversed_ = np.any(change * last_change < 0, axis=0)
+            steps = np.where(
+                reversed_,
+                np.maximum(0.5 * steps, 0.01),
+                np.minimum(1.2 * steps, damping),
+            )
+            last_change = change
 
-        trial_step = step
+        trial_step = steps if site_steps else step
         while True:
             trial_tau = tau + trial_step * (new_tau - tau)
             trial_nu = nu + trial_step * (new_nu - nu)
@@ -372,8 +405,8 @@ def expectation_propagation(
                     break
             except LinAlgError:
                 pass
-            trial_step *= 0.5
-            if trial_step < 1e-4:
+            trial_step = 0.5 * trial_step
+            if np.max(trial_step) < 1e-4:
                 trial = None
                 break
         if trial is None:
