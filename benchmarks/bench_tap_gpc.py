@@ -51,6 +51,7 @@ from sklearn.gaussian_process import GaussianProcessClassifier
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 from sklearn.metrics import log_loss
 from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from sklearn_meanfield import TAPGaussianProcessClassifier
 
@@ -87,22 +88,32 @@ def laplace(optimizer):
 
 
 def timed(func, *args):
-    start = time.perf_counter()
+    """Result, wall-clock seconds and process CPU seconds of ``func(*args)``."""
+    start, start_cpu = time.perf_counter(), time.process_time()
     result = func(*args)
-    return result, time.perf_counter() - start
+    return result, time.perf_counter() - start, time.process_time() - start_cpu
 
 
 def measure(make_model, X, y, X_test, y_test, name, fixed_only=False):
-    _, t_fixed = timed(make_model(None).fit, X, y)
-    print(f"  n={len(y)} {name}: fixed-kernel fit {t_fixed:.2f} s", flush=True)
+    _, t_fixed, c_fixed = timed(make_model(None).fit, X, y)
+    print(
+        f"  n={len(y)} {name}: fixed-kernel fit {t_fixed:.2f} s (cpu {c_fixed:.2f} s)",
+        flush=True,
+    )
     if fixed_only:
-        return {"fixed": t_fixed}
-    model, t_opt = timed(make_model("fmin_l_bfgs_b").fit, X, y)
-    proba, t_pred = timed(model.predict_proba, X_test)
+        return {"fixed": t_fixed, "fixed_cpu": c_fixed}
+    model, t_opt, c_opt = timed(make_model("fmin_l_bfgs_b").fit, X, y)
+    print(
+        f"  n={len(y)} {name}: optimised fit {t_opt:.2f} s (cpu {c_opt:.2f} s)",
+        flush=True,
+    )
+    proba, t_pred, _ = timed(model.predict_proba, X_test)
     error = float(np.mean(model.classes_[np.argmax(proba, axis=1)] != y_test))
     return {
         "fixed": t_fixed,
+        "fixed_cpu": c_fixed,
         "opt": t_opt,
+        "opt_cpu": c_opt,
         "pred": t_pred,
         "logloss": log_loss(y_test, proba, labels=model.classes_),
         "error": error,
@@ -118,21 +129,38 @@ def main():
     parser.add_argument(
         "--fixed-only", action="store_true", help="only the fixed-kernel fits"
     )
+    parser.add_argument(
+        "--blas-threads",
+        type=int,
+        default=1,
+        help="BLAS threads for both models (default 1; 0 leaves BLAS alone)",
+    )
     args = parser.parse_args()
     sizes = (250, 500) if args.quick else (250, 500, 1000, 2000)
     sizes = args.sizes or sizes
+    limit = args.blas_threads if args.blas_threads > 0 else None
+    with threadpool_limits(limits=limit, user_api="blas"):
+        run(sizes, args.fixed_only)
 
+
+def run(sizes, fixed_only):
+    blas = [
+        f"{info['internal_api']} {info['num_threads']} thread(s)"
+        for info in threadpool_info()
+        if info["user_api"] == "blas"
+    ]
     print(
         f"numpy {np.__version__}, scipy {scipy.__version__}, "
-        f"sklearn {sklearn.__version__}, os.cpu_count() = {os.cpu_count()}"
+        f"sklearn {sklearn.__version__}, os.cpu_count() = {os.cpu_count()}, "
+        f"BLAS: {', '.join(blas)}"
     )
     header = (
-        f"{'n':>5} | {'fit fixed s':^22} | {'fit opt s':^22} | "
+        f"{'n':>5} | {'fit fixed s':^29} | {'fit opt s':^29} | "
         f"{'predict s':^22} | {'log-loss':^15} | {'error':^13} | {'loo':>5}"
     )
     sub = (
-        f"{'':>5} | {'TAP':>6} {'Lap':>6} {'ratio':>6}   "
-        f"| {'TAP':>6} {'Lap':>6} {'ratio':>6}   "
+        f"{'':>5} | {'TAP':>6} {'Lap':>6} {'ratio':>6} {'cpu':>6}  "
+        f"| {'TAP':>6} {'Lap':>6} {'ratio':>6} {'cpu':>6}  "
         f"| {'TAP':>6} {'Lap':>6} {'ratio':>6}   "
         f"| {'TAP':>7} {'Lap':>7} | {'TAP':>6} {'Lap':>6} | {'TAP':>5}"
     )
@@ -148,15 +176,23 @@ def main():
         X, y, X_test, y_test = make_data(n)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            a = measure(ours, X, y, X_test, y_test, "TAP", args.fixed_only)
-            b = measure(laplace, X, y, X_test, y_test, "Laplace", args.fixed_only)
-        if args.fixed_only:
+            a = measure(ours, X, y, X_test, y_test, "TAP", fixed_only)
+            b = measure(laplace, X, y, X_test, y_test, "Laplace", fixed_only)
+        if fixed_only:
             ratio = a["fixed"] / b["fixed"]
-            print(f"  n={n} fixed-kernel fit ratio TAP/Laplace {ratio:.2f}x")
+            cpu = a["fixed_cpu"] / b["fixed_cpu"]
+            print(
+                f"  n={n} fixed-kernel fit ratio TAP/Laplace {ratio:.2f}x "
+                f"(cpu {cpu:.2f}x)"
+            )
             continue
         row = f"{n:>5} |"
-        for key in ("fixed", "opt", "pred"):
-            row += f" {a[key]:6.2f} {b[key]:6.2f} {a[key] / b[key]:6.2f}x  |"
+        for key in ("fixed", "opt"):
+            row += (
+                f" {a[key]:6.2f} {b[key]:6.2f} {a[key] / b[key]:5.2f}x"
+                f" {a[key + '_cpu'] / b[key + '_cpu']:5.2f}x |"
+            )
+        row += f" {a['pred']:6.2f} {b['pred']:6.2f} {a['pred'] / b['pred']:5.2f}x  |"
         row += (
             f" {a['logloss']:7.4f} {b['logloss']:7.4f} |"
             f" {a['error']:6.3f} {b['error']:6.3f} | {a['loo']:5.3f}"
@@ -165,7 +201,7 @@ def main():
         kernels.append(f"  n={n}: TAP {a['kernel']}   Laplace {b['kernel']}")
         print(row, flush=True)  # progress; the full table follows
 
-    if args.fixed_only:
+    if fixed_only:
         return
     print()
     print(header)

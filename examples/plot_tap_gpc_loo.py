@@ -36,6 +36,7 @@ from sklearn.gaussian_process import GaussianProcessClassifier
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
 
 from sklearn_meanfield import TAPGaussianProcessClassifier
 
@@ -74,16 +75,19 @@ def make_model(method, kernel):
 # points only (same subset for every row, ``optimizer=None`` at the kernel
 # above) and compare with the built-in estimate on the same 60 points.  The
 # built-in estimate over all training points is shown as well.  Even so this
-# is 360 refits on ~400 points; it is the slow part of the example (a few
-# minutes on a small machine).  At the optimised kernel, whose amplitude is
-# large, the naive mean-field equations hit ``max_iter`` without converging
-# (the warning is silenced below; the best iterate is kept).
+# is 360 refits on ~400 points, the slow part of the example: about 30 s of
+# CPU time.  The refits run with one BLAS thread: their ~400 x 400
+# factorisations are too small to gain from more, and on a busy machine
+# extra BLAS threads only wait for each other.  At the optimised kernel,
+# whose amplitude is large, the naive mean-field equations hit ``max_iter``
+# without converging (the warning is silenced below; the best iterate is
+# kept).
 rng = np.random.default_rng(0)
 subset = np.sort(rng.choice(len(y_train), size=60, replace=False))
 methods = ("TAP", "naive", "Laplace")
 
 results = {}
-with warnings.catch_warnings():
+with warnings.catch_warnings(), threadpool_limits(limits=1, user_api="blas"):
     warnings.simplefilter("ignore", ConvergenceWarning)
     for kernel_name, kernel in kernels.items():
         for method in methods:

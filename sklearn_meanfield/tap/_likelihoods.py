@@ -25,6 +25,30 @@ class NoisyStepLikelihood:
         Probability ``kappa`` that a label was flipped.
     sigma : float >= 0
         Width of the probit (0 for the step).
+
+    References
+    ----------
+    .. [1] M. Opper and O. Winther, "Mean field methods for classification
+       with Gaussian processes", NIPS 11, 1998.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.tap._likelihoods import NoisyStepLikelihood
+    >>> probit = NoisyStepLikelihood(label_noise=0.0, sigma=1.0)
+    >>> log_z, first, second = probit.moments(
+    ...     np.array([1.0]), np.array([0.0]), np.array([3.0]))
+    >>> round(float(np.exp(log_z[0])), 3)  # Phi(0) = 1/2
+    0.5
+    >>> bool(second[0] > 0)  # log-concave: positive site precision
+    True
+    >>> noisy = NoisyStepLikelihood(label_noise=0.2, sigma=0.0)
+    >>> _, _, second = noisy.moments(
+    ...     np.array([1.0]), np.array([-3.0]), np.array([1.0]))
+    >>> bool(second[0] < 0)  # a label far on the wrong side: negative site
+    True
+    >>> round(float(probit.predictive_positive(np.array([1.0]), np.array([3.0]))[0]), 4)
+    0.6915
     """
 
     def __init__(self, label_noise=0.0, sigma=0.0):
@@ -69,6 +93,21 @@ class GaussianLikelihood:
     """``p(y | h) = N(y; h, noise_var)``: the Gaussian site is exact.
 
     Used to check the EP machinery against Gaussian-process regression.
+
+    Parameters
+    ----------
+    noise_var : float > 0
+        Variance of the Gaussian observation noise.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.tap._likelihoods import GaussianLikelihood
+    >>> gauss = GaussianLikelihood(noise_var=1.0)
+    >>> log_z, first, second = gauss.moments(
+    ...     np.array([1.0]), np.array([0.0]), np.array([1.0]))
+    >>> float(first[0]), float(second[0])  # residual / s and 1 / s, s = 2
+    (0.5, 0.5)
     """
 
     def __init__(self, noise_var):
@@ -85,7 +124,24 @@ class GaussianLikelihood:
 
 
 def make_likelihood(name, label_noise):
-    """The likelihood object for the estimators' ``likelihood`` parameter."""
+    """The likelihood object for the estimators' ``likelihood`` parameter.
+
+    Parameters
+    ----------
+    name : {"step", "probit"}
+    label_noise : float in [0, 0.5)
+
+    Returns
+    -------
+    NoisyStepLikelihood
+
+    Examples
+    --------
+    >>> from sklearn_meanfield.tap._likelihoods import make_likelihood
+    >>> likelihood = make_likelihood("step", 0.1)
+    >>> likelihood.sigma, likelihood.label_noise
+    (0.0, 0.1)
+    """
     if name == "step":
         return NoisyStepLikelihood(label_noise, sigma=0.0)
     if name == "probit":

@@ -17,6 +17,15 @@ def one_vs_rest_targets(y_index, n_classes):
     Returns
     -------
     list of ndarray of shape (n_samples,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.tap._multiclass import one_vs_rest_targets
+    >>> one_vs_rest_targets(np.array([0, 1, 1]), 2)
+    [array([-1.,  1.,  1.])]
+    >>> len(one_vs_rest_targets(np.array([0, 1, 2]), 3))
+    3
     """
     if n_classes == 2:
         return [np.where(y_index == 1, 1.0, -1.0)]
@@ -35,6 +44,16 @@ def positive_to_proba(positive):
     ndarray of shape (n_samples, n_classes)
         Two classes: ``[1 - p, p]``; more: the one-vs-rest probabilities
         normalised to sum to one (uniform where every problem says zero).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.tap._multiclass import positive_to_proba
+    >>> positive_to_proba(np.array([[0.25]]))
+    array([[0.75, 0.25]])
+    >>> positive_to_proba(np.array([[0.2, 0.6, 0.2], [0.0, 0.0, 0.0]]))
+    array([[0.2       , 0.6       , 0.2       ],
+           [0.33333333, 0.33333333, 0.33333333]])
     """
     if positive.shape[1] == 1:
         p = positive[:, 0]
@@ -64,6 +83,23 @@ def leave_one_out(likelihood, solutions, classes, y):
     loo_proba : ndarray of shape (n_samples, n_classes)
     loo_error : float
         Misclassification rate of the leave-one-out predictive.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from types import SimpleNamespace
+    >>> from sklearn_meanfield.tap._likelihoods import make_likelihood
+    >>> from sklearn_meanfield.tap._multiclass import leave_one_out
+    >>> cavities = SimpleNamespace(
+    ...     cavity_mean=np.array([-2.0, 0.5]), cavity_var=np.array([1.0, 3.0]))
+    >>> proba, error = leave_one_out(
+    ...     make_likelihood("probit", 0.0), [cavities], np.array([0, 1]),
+    ...     np.array([0, 0]))
+    >>> proba.round(3)
+    array([[0.921, 0.079],
+           [0.401, 0.599]])
+    >>> error
+    0.5
     """
     positive = np.column_stack(
         [likelihood.predictive_positive(s.cavity_mean, s.cavity_var) for s in solutions]

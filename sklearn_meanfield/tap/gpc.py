@@ -50,6 +50,16 @@ def check_kernel_memory(n_samples, n_hyperparameters=0, fraction=0.8):
     ------
     MemoryError
         With the number of bytes the fit would need.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield.tap.gpc import check_kernel_memory
+    >>> check_kernel_memory(1000)  # 8 MB per matrix: fine
+    >>> try:
+    ...     check_kernel_memory(10**7)
+    ... except MemoryError as error:
+    ...     print("GiB" in str(error))
+    True
     """
     needed = 8.0 * n_samples**2 * (_N_SQUARE_MATRICES + n_hyperparameters)
     try:
