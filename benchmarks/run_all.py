@@ -5,6 +5,7 @@ Usage (from the repository root)::
     python -m benchmarks            # full mode, writes benchmarks/RESULTS.md
     python -m benchmarks --quick    # every script's --quick mode
     python -m benchmarks --only tap_gpc hmc --output /tmp/results.md
+    python -m benchmarks --only tap_gpc --merge   # re-run one, keep the others
 
 Each script runs in its own process (``python -u script [--quick]``), one after
 the other, so that no two benchmarks compete for the cores; the scripts print
@@ -16,12 +17,15 @@ command, its wall time, the load average before and after, and its output
 verbatim, under a header with the machine and the library versions.  The
 report is rewritten after every script, so an interrupted run still leaves the
 finished sections; a script that exceeds ``--timeout`` is stopped and its
-output so far is kept.
+output so far is kept.  The report ends with its data as JSON in an HTML
+comment, so that ``--merge`` can re-run some scripts and keep the sections of
+the others.
 """
 
 import argparse
 import ast
 import datetime
+import json
 import os
 import platform
 import re
@@ -159,6 +163,8 @@ def run_script(script, quick, timeout):
     # interleave with the tables; each script reports convergence itself.
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
     load_before = _load()
+    started = _now()
+    commit = _git_commit()
     start = time.perf_counter()
     process = subprocess.Popen(
         command,
@@ -182,7 +188,28 @@ def run_script(script, quick, timeout):
         "seconds": time.perf_counter() - start,
         "load_before": load_before,
         "load_after": _load(),
+        "started": started,
+        "commit": commit,
     }
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+_DATA_START = "<!-- benchmark-results"
+
+
+def load_previous(path, quick):
+    """The per-script results stored in an earlier report of the same mode."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    if _DATA_START not in text:
+        return []
+    data = json.loads(text.split(_DATA_START, 1)[1].rsplit("-->", 1)[0])
+    return data["results"] if data.get("quick") == quick else []
 
 
 def render(results, quick, machine_rows, loaded, started):
@@ -213,13 +240,15 @@ def render(results, quick, machine_rows, loaded, started):
         "",
         "## Summary",
         "",
-        "| estimator | script | status | wall time | 1-min load before / after |",
-        "| --- | --- | --- | --- | --- |",
+        "| estimator | script | status | run at (UTC), commit | wall time "
+        "| 1-min load before / after |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         before, after = (r[k].split(" / ")[0] for k in ("load_before", "load_after"))
         lines.append(
             f"| [{r['estimator']}](#{r['anchor']}) | `{r['script']}` | {r['status']} "
+            f"| {r.get('started', '?')}, {r.get('commit', '?')} "
             f"| {r['seconds']:.0f} s "
             f"| {before} / {after} |"
         )
@@ -238,6 +267,8 @@ def render(results, quick, machine_rows, loaded, started):
             r["output"] or "(no output)",
             "```",
         ]
+    data = json.dumps({"quick": quick, "results": results}, indent=1)
+    lines += ["", _DATA_START, data.replace("-->", "-- >"), "-->"]
     return "\n".join(lines) + "\n"
 
 
@@ -263,12 +294,20 @@ def main(argv=None):
     parser.add_argument(
         "--output", type=Path, default=DEFAULT_OUTPUT, help="report path"
     )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other scripts' sections of an earlier report of this mode",
+    )
     args = parser.parse_args(argv)
     scripts = discover(args.only)
     if not scripts:
         parser.error("no benchmark script matches")
-    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    started = _now()
     machine_rows, loaded = machine()
+    names = {script.name for script in scripts}
+    kept = load_previous(args.output, args.quick) if args.merge else []
+    kept = [r for r in kept if r["script"] not in names]
     results = []
     for script in scripts:
         estimator, summary = describe(script)
@@ -281,13 +320,14 @@ def main(argv=None):
             anchor=_anchor(estimator),
         )
         results.append(result)
+        ordered = sorted(kept + results, key=lambda r: r["script"])
         print(
             f"[benchmarks] {script.name}: {result['status']}, "
             f"{result['seconds']:.0f} s",
             flush=True,
         )
         args.output.write_text(
-            render(results, args.quick, machine_rows, loaded, started)
+            render(ordered, args.quick, machine_rows, loaded, started)
         )
     print(f"[benchmarks] wrote {args.output}")
     failed = [r["script"] for r in results if r["status"] != "ok"]
