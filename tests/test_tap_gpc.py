@@ -138,12 +138,41 @@ def test_label_noise_keeps_negative_site_precisions():
 # ------------------------------------------------------- the leave-one-out
 
 
-@pytest.mark.parametrize("label_noise", [0.0, 0.1])
-def test_builtin_loo_matches_brute_force_refits(label_noise):
+# Largest and mean per-point gap allowed between the built-in leave-one-out
+# probabilities and brute-force refits (50 points, fixed kernel).
+#   probit:            measured max 0.006 / mean 0.0015 (noise 0), 0.0045 / 0.0011
+#                      (noise 0.1): the issue's 0.02 per point.
+#   step, noise 0.1:   measured max 0.093 / mean 0.015.  This is a property of
+#                      the approximation, not a bug.  The step likelihood with
+#                      label noise is not log-concave, so when a point is
+#                      removed its neighbours' sites move, which the cavity
+#                      (the built-in LOO) ignores.  The evidence:
+#                      (1) the cavity equals the Gaussian posterior without
+#                      the site, exactly (test_cavity_is_the_posterior_...);
+#                      (2) refits warm-started from the full solution's other
+#                      sites reach the cold refits to 3e-8 (one fixed point);
+#                      (3) both the built-in LOO and the EP refits are as far
+#                      from the exact Bayes LOO (elliptical slice sampling,
+#                      20k draws, importance weights 1/p(t_i|h_i) <= 10):
+#                      max 0.082 / mean 0.025 for the built-in LOO, 0.074 /
+#                      0.018 for the refits (noise 0.05: 0.147 / 0.033 and
+#                      0.106 / 0.023; probit noise 0.1: 0.009 / 0.002 and
+#                      0.005 / 0.001).
+@pytest.mark.parametrize(
+    "likelihood, label_noise, max_gap, mean_gap",
+    [
+        ("probit", 0.0, 0.02, 0.005),
+        ("probit", 0.1, 0.02, 0.005),
+        ("step", 0.1, 0.12, 0.025),
+    ],
+)
+def test_builtin_loo_matches_brute_force_refits(
+    likelihood, label_noise, max_gap, mean_gap
+):
     X, y = _noisy_labels(50, 0)
     params = dict(
         kernel=C(1.0) * RBF(0.8),
-        likelihood="probit",
+        likelihood=likelihood,
         label_noise=label_noise,
         optimizer=None,
         tol=1e-8,
@@ -155,7 +184,9 @@ def test_builtin_loo_matches_brute_force_refits(label_noise):
         keep = np.arange(len(y)) != i
         refit = TAPGaussianProcessClassifier(**params).fit(X[keep], y[keep])
         brute[i] = refit.predict_proba(X[i : i + 1])[0]
-    assert np.max(np.abs(model.loo_proba_ - brute)) < 0.02
+    gap = np.abs(model.loo_proba_ - brute)[:, 1]
+    assert np.max(gap) < max_gap
+    assert np.mean(gap) < mean_gap
     brute_error = np.mean(np.argmax(brute, axis=1) != y)
     assert abs(model.loo_error_ - brute_error) <= 1.0 / len(y) + 1e-12
 
