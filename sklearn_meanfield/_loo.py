@@ -107,6 +107,15 @@ def gpd_quantile(p, k, sigma):
     -------
     x : ndarray
         ``sigma * ((1 - p)^(-k) - 1) / k`` (``-sigma log(1 - p)`` at ``k = 0``).
+
+    Examples
+    --------
+    >>> from sklearn_meanfield._loo import gpd_quantile
+    >>> # k = 0 is the exponential distribution: its median is sigma log 2.
+    >>> round(float(gpd_quantile(0.5, 0.0, 2.0)), 4)
+    1.3863
+    >>> round(float(gpd_quantile(0.5, 0.5, 1.0)), 4)  # 2 (sqrt(2) - 1)
+    0.8284
     """
     log_survival = np.log1p(-np.asarray(p, dtype=float))
     if abs(k) < 1e-12:
@@ -224,6 +233,14 @@ class PSISLOOResult(NamedTuple):
         shaped like one draw of ``predictions``.
     log_weights : ndarray of shape (n_draws, n_points)
         The smoothed, normalised log weights.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield._loo import PSISLOOResult
+    >>> result = PSISLOOResult(np.zeros(2), np.zeros(2), None, np.zeros((3, 2)))
+    >>> result.pareto_k.shape, result.prediction is None
+    ((2,), True)
     """
 
     log_density: np.ndarray

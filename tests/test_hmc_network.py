@@ -168,3 +168,53 @@ def test_chains_without_data_sample_the_hierarchical_prior():
         np.testing.assert_allclose(second[index == g].mean(), expected, rtol=0.1)
     noise = out["noise_precision"].mean()
     assert noise == pytest.approx(prior.w_noise, rel=0.05)
+
+
+def test_rescale_moves_sample_the_precision_given_standardised_weights():
+    # The joint move z -> c z, tau -> tau / c^2 keeps v = z sqrt(tau) fixed and
+    # must leave p(tau | v, data) invariant.  With W1 = b1 = 0 the network is
+    # its output bias b2 = v / sqrt(tau), so that conditional is one-
+    # dimensional: tau Gamma(tau) prod_i N(y_i; v / sqrt(tau), 1 / noise) on
+    # the log scale, which quadrature gives exactly.
+    from sklearn_meanfield.hmc._chains import ChainRandom
+    from sklearn_meanfield.hmc._network import augment, rescale_groups
+
+    layout = NetworkLayout(1, 2, 1, ard=True)
+    prior = HyperPrior()
+    rng = np.random.RandomState(3)
+    X = rng.normal(size=(8, 1))
+    Y = 0.7 + rng.normal(0, 1.0, size=(8, 1))
+    n_chains, v = 200, 1.5
+    theta = np.zeros((n_chains, layout.n_params))
+    groups = np.ones((n_chains, layout.n_groups))
+    theta[:, -1] = v  # b2 = v / sqrt(tau) with tau = 1
+    noise = np.ones((n_chains, 1))
+    sd = np.full((n_chains, layout.n_groups), 0.8)
+    random = ChainRandom(range(n_chains))
+    log_tau = []
+    for step in range(250):
+        theta, groups, _ = rescale_groups(
+            theta, groups, noise, augment(X), Y, layout, prior, sd, random
+        )
+        if step >= 50:
+            log_tau.append(np.log(groups[:, -1]))
+    # The standardised weight never changes.
+    np.testing.assert_allclose(theta[:, -1] * np.sqrt(groups[:, -1]), v)
+    log_tau = np.concatenate(log_tau)
+
+    grid = np.linspace(-12, 12, 20001)
+    tau = np.exp(grid)
+    a, w = prior.a_weights, prior.group_means(layout)[-1]
+    log_density = (
+        grid  # the Jacobian: density of log tau
+        + (0.5 * a - 1) * grid
+        - 0.5 * a / w * tau
+        - 0.5 * np.sum((Y[:, 0, None] - v / np.sqrt(tau)) ** 2, axis=0)
+    )
+    weights = np.exp(log_density - log_density.max())
+    weights /= weights.sum()
+    mean = np.sum(weights * grid)
+    sd_exact = np.sqrt(np.sum(weights * (grid - mean) ** 2))
+    # 40 000 correlated draws: the Monte Carlo error is a few hundredths.
+    assert np.mean(log_tau) == pytest.approx(mean, abs=0.06)
+    assert np.std(log_tau) == pytest.approx(sd_exact, rel=0.05)

@@ -42,6 +42,14 @@ def split_chains(draws):
     Returns
     -------
     split : ndarray of shape (2 * n_chains, n_draws // 2, n_quantities)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._diagnostics import split_chains
+    >>> split_chains(np.arange(5.0)[None, :])[:, :, 0]
+    array([[0., 1.],
+           [3., 4.]])
     """
     draws = _as_3d(draws)
     half = draws.shape[1] // 2
@@ -53,6 +61,23 @@ def rank_normalize(draws):
 
     ``z = Phi^-1((r - 3/8) / (S + 1/4))`` with ``r`` the average rank of a draw
     among all ``S`` draws of its quantity.
+
+    Parameters
+    ----------
+    draws : array-like of shape (n_chains, n_draws, n_quantities)
+
+    Returns
+    -------
+    z : ndarray of the same shape
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._diagnostics import rank_normalize
+    >>> z = rank_normalize(np.array([[1.0, 100.0], [5.0, 2.0]]))[:, :, 0]
+    >>> np.round(z, 2)  # ranks 1, 4 and 3, 2 of four draws
+    array([[-1.05,  1.05],
+           [ 0.3 , -0.3 ]])
     """
     draws = _as_3d(draws)
     n_chains, n_draws, n_quantities = draws.shape

@@ -68,6 +68,18 @@ def leapfrog(q, p, grad, step_sizes, n_steps, log_prob_and_grad):
         The end point.
     log_prob, grad : ndarray
         Log density and gradient at the end point.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._sampler import leapfrog
+    >>> def standard_normal(q):
+    ...     return -0.5 * np.sum(q**2, axis=1), -q
+    >>> q, p = np.array([[1.0]]), np.array([[0.0]])
+    >>> # A quarter period of the harmonic oscillator: q -> 0, p -> -1.
+    >>> q, p, _, _ = leapfrog(q, p, -q, 0.01 * np.pi / 2, 100, standard_normal)
+    >>> bool(abs(q[0, 0]) < 1e-3), bool(abs(p[0, 0] + 1) < 1e-3)
+    (True, True)
     """
     p = p + 0.5 * step_sizes * grad
     for step in range(n_steps):
@@ -80,7 +92,15 @@ def leapfrog(q, p, grad, step_sizes, n_steps, log_prob_and_grad):
 
 
 class HMCStep(NamedTuple):
-    """The state after one transition, per chain."""
+    """The state after one transition, per chain.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._sampler import HMCStep
+    >>> sorted(HMCStep._fields)[:3]
+    ['accept_prob', 'accepted', 'divergent']
+    """
 
     q: np.ndarray
     log_prob: np.ndarray
@@ -137,6 +157,20 @@ def hmc_step(
         ``accept_prob`` (min(1, exp(-dH)), 0 for divergent or non-finite
         proposals), ``energy_error`` (dH, ``inf`` if not finite) and
         ``divergent``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._sampler import hmc_step
+    >>> def standard_normal(q):
+    ...     return -0.5 * np.sum(q**2, axis=1), -q
+    >>> q = np.zeros((3, 2))
+    >>> log_prob, grad = standard_normal(q)
+    >>> step = hmc_step(q, log_prob, grad, standard_normal, 0.01, 10,
+    ...                 np.random.default_rng(0))
+    >>> # A tiny step conserves the energy: every proposal is accepted.
+    >>> bool(np.all(step.accepted)), bool(np.all(np.abs(step.energy_error) < 1e-3))
+    (True, True)
     """
     noise = random_state.standard_normal(q.shape)
     if momentum is None or persistence == 0.0:
@@ -188,6 +222,19 @@ class DualAveraging:
         Initial log multiplier.
     target : float, default=0.8
         Target acceptance probability.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._sampler import DualAveraging
+    >>> # Acceptance exp(-eps) for a step eps: the target 0.8 needs
+    >>> # eps = -log(0.8) = 0.223.
+    >>> adapter = DualAveraging(np.zeros(1), target=0.8)
+    >>> log_eps = adapter.log_value
+    >>> for _ in range(2000):
+    ...     log_eps = adapter.update(np.exp(-np.exp(log_eps)))
+    >>> bool(abs(np.exp(adapter.final())[0] + np.log(0.8)) < 0.01)
+    True
     """
 
     def __init__(self, initial, target=0.8, gamma=0.05, t0=10.0, kappa=0.75):
