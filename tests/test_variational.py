@@ -177,7 +177,7 @@ def test_leave_one_out_error_close_to_brute_force_refits():
     rng = np.random.RandomState(4)
     X = rng.uniform(-2, 2, size=(40, 2))
     y = np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.2 * rng.normal(size=40)
-    params = dict(hidden_layer_size=3, max_iter=10, tol=1e-4)
+    params = dict(hidden_layer_size=3)
     model = _fit(X, y, **params)
     refits = np.empty_like(y)
     for i in range(len(y)):

@@ -376,28 +376,24 @@ def weight_groups(shape):
     return np.concatenate([u_groups, v_groups])
 
 
-def _local(X1, wbar, diag, F, shape):
-    """Moments of ``(a, v)`` at every data point."""
+def _local(X1, wbar, C, shape):
+    """Moments of ``(a, v)`` at every data point, from the dense ``C``.
+
+    ``S_nij = x_n^T C[u_i, u_j] x_n``, ``c_nmki = Cov(v_km, a_ni)`` and
+    ``D_mkl = C[v_km, v_lm]``: two BLAS products with ``X1``.
+    """
     H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
-    Ubar = wbar[: shape.n_u].reshape(H, P)
-    Vbar = wbar[shape.n_u :].reshape(H, M)
-    Fu = F[: shape.n_u].reshape(H, P, -1)
-    Fv = F[shape.n_u :].reshape(H, M, -1)
-    du2 = diag[: shape.n_u].reshape(H, P)
-    dv2 = diag[shape.n_u :].reshape(H, M)
+    n, n_u = X1.shape[0], shape.n_u
+    Ubar = wbar[:n_u].reshape(H, P)
+    Vbar = wbar[n_u:].reshape(H, M)
     abar = X1 @ Ubar.T  # (n, H)
-    r = Fu.shape[2]
-    # One BLAS product each (einsum would loop in C without BLAS here).
-    R = (X1 @ Fu.transpose(1, 0, 2).reshape(P, H * r)).reshape(len(X1), H, r)
-    S = np.matmul(R, np.swapaxes(R, 1, 2))  # (n, H, H)
-    Sd = (X1 * X1) @ du2.T  # (n, H): the diagonal part of C
-    S[:, np.arange(H), np.arange(H)] += Sd
-    # c[n, m, k, i] = Cov(v_km, a_i); the diagonal part of C never couples them.
-    c = np.matmul(Fv.transpose(1, 0, 2).reshape(1, M * H, r), np.swapaxes(R, 1, 2))
-    c = c.reshape(-1, M, H, H)
-    D = np.einsum("kmr,lmr->mkl", Fv, Fv)  # (M, H, H)
-    D[:, np.arange(H), np.arange(H)] += dv2.T
-    return dict(Ubar=Ubar, Vbar=Vbar, Fu=Fu, Fv=Fv, abar=abar, R=R, S=S, c=c, D=D)
+    Cuu = C[:n_u, :n_u].reshape(H, P, H, P)
+    half = X1 @ Cuu.transpose(1, 0, 2, 3).reshape(P, H * H * P)  # (n, i j q)
+    S = np.matmul(half.reshape(n, H * H, P), X1[:, :, None]).reshape(n, H, H)
+    Cvu = C[n_u:, :n_u].reshape(H, M, H, P)
+    c = (X1 @ Cvu.transpose(3, 1, 0, 2).reshape(P, M * H * H)).reshape(n, M, H, H)
+    D = np.einsum("kmlm->mkl", C[n_u:, n_u:].reshape(H, M, H, M))
+    return dict(Ubar=Ubar, Vbar=Vbar, abar=abar, S=S, c=c, D=D)
 
 
 def output_moments(X1, theta, shape):
@@ -415,8 +411,7 @@ def output_moments(X1, theta, shape):
     -------
     mean, second : ndarray of shape (n_samples, n_outputs)
     """
-    wbar, log_diag, F = unpack(theta, shape)
-    loc = _local(X1, wbar, _diag_part(log_diag, shape), F, shape)
+    loc = _local(X1, unpack(theta, shape)[0], covariance_matrix(theta, shape), shape)
     first, second, _ = _data_moments(loc, order=2)
     return first, second
 
@@ -498,11 +493,12 @@ def _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats):
     n = X1.shape[0]
     wbar, log_diag, F = unpack(theta, shape)
     diag = _diag_part(log_diag, shape)
-    loc = _local(X1, wbar, diag, F, shape)
+    C = np.diag(diag) + F @ F.T
+    loc = _local(X1, wbar, C, shape)
     order = 4 if return_grad else 2
     first, second, aux = _data_moments(loc, order=order)
     sq_err = second - 2.0 * T * first + T * T
-    cdiag_C = diag + np.square(F).sum(axis=1)
+    cdiag_C = np.diagonal(C)
 
     data = 0.5 * n * np.sum(np.log(alpha) - _LOG_2PI) - 0.5 * np.sum(sq_err * alpha)
     prior = 0.5 * np.sum(np.log(lam) - _LOG_2PI) - 0.5 * np.sum(
@@ -638,31 +634,12 @@ def negative_bound(theta, X1, T, alpha, lam, shape, return_grad=True, stats=None
     value, local = _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats)
     if not return_grad:
         return value
-    H, M = shape.n_hidden, shape.n_outputs
     k = shape.n_weights
-    g_S, g_c, g_D, loc = local["g_S"], local["g_c"], local["g_D"], local["loc"]
     F, diag = local["F"], local["diag"]
-    idx = np.arange(H)
-
-    # Local moments -> parameters.
-    R, Fv = loc["R"], loc["Fv"]
-    g_R = np.matmul(g_S + np.swapaxes(g_S, 1, 2), R)
-    g_R += np.tensordot(g_c, Fv, axes=([1, 2], [1, 0]))
-    n = X1.shape[0]
-    g_Fv = np.tensordot(g_c.reshape(n, M, H, H), R, axes=([0, 3], [0, 1]))
-    g_Fv = g_Fv.transpose(1, 0, 2)
-    g_Fv += np.einsum("mkl,lmr->kmr", g_D + np.swapaxes(g_D, 1, 2), Fv)
-    g_Fu = np.tensordot(X1, g_R, axes=([0], [0])).transpose(1, 0, 2)
-    g_F = np.concatenate([g_Fu.reshape(shape.n_u, -1), g_Fv.reshape(H * M, -1)])
-    g_diag = np.concatenate(
-        [
-            (g_S[:, idx, idx].T @ (X1 * X1)).ravel(),  # d/d du2 of Sd
-            np.einsum("mkk->km", g_D).ravel(),
-        ]
-    )
-    # Prior (as a loss) adds lam F and lam / 2 on diag.
-    g_F = g_F + lam[:, None] * F
-    g_diag = g_diag + 0.5 * lam
+    target = _covariance_gradient(local, X1, lam, shape)
+    # C = diag(d^2) + F F^T: dL/dF = 2 (dL/dC) F, dL/d(d^2) = diag(dL/dC).
+    g_F = target @ F
+    g_diag = 0.5 * np.diagonal(target)
 
     grad = np.empty_like(theta)
     grad[:k] = local["g_wbar"]
@@ -716,26 +693,30 @@ def natural_gradient_terms(theta, X1, T, alpha, lam, shape, stats=None):
     if shape.covariance == "lowrank":
         raise ValueError("natural-gradient terms are for full or diag covariances")
     value, local = _evaluate(theta, X1, T, alpha, lam, shape, True, stats)
+    return value, local["g_wbar"], _covariance_gradient(local, X1, lam, shape)
+
+
+def _covariance_gradient(local, X1, lam, shape):
+    """``2 dL/dC`` (symmetric, prior included) from the local gradients."""
     H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
-    n = X1.shape[0]
+    n, n_u, k = X1.shape[0], shape.n_u, shape.n_weights
     g_S, g_c, g_D = local["g_S"], local["g_c"], local["g_D"]
-    k = shape.n_weights
     G = np.zeros((k, k))
     # S_nij = x_n^T C[u_i, u_j] x_n: dL/dC[(i, p), (j, q)] = sum_n g_S x_np x_nq.
     weighted = g_S.reshape(n, H * H, 1) * X1[:, None, :]
     Guu = np.tensordot(weighted, X1, axes=([0], [0])).reshape(H, H, P, P)
-    G[: shape.n_u, : shape.n_u] = Guu.transpose(0, 2, 1, 3).reshape(shape.n_u, -1)
+    G[:n_u, :n_u] = Guu.transpose(0, 2, 1, 3).reshape(n_u, -1)
     # c_nmki = sum_p C[v_km, (i, p)] x_np.
     Gvu = np.tensordot(g_c, X1, axes=([0], [0]))  # (M, H, H, P): m, k, i, p
-    G[shape.n_u :, : shape.n_u] = Gvu.transpose(1, 0, 2, 3).reshape(H * M, -1)
+    G[n_u:, :n_u] = Gvu.transpose(1, 0, 2, 3).reshape(H * M, -1)
     # D_mkl = C[v_km, v_lm].
     Gvv = np.zeros((H, M, H, M))
     for m in range(M):
         Gvv[:, m, :, m] = g_D[m]
-    G[shape.n_u :, shape.n_u :] = Gvv.reshape(H * M, H * M)
+    G[n_u:, n_u:] = Gvv.reshape(H * M, H * M)
     target = G + G.T  # 2 * the symmetric gradient
     target[np.diag_indices(k)] += lam
-    return value, local["g_wbar"], target
+    return target
 
 
 def _lowrank_logdet(diag, F):

@@ -74,7 +74,7 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         natural-gradient step; for ``"lowrank"`` an L-BFGS phase, ``Q`` and the
         log hyperparameters jointly) followed by the exact re-estimation of
         the hyperparameters.
-    inner_max_iter : int, default=50
+    inner_max_iter : int, default=10
         Before the first iteration ``Q`` is fitted at the initial
         hyperparameters, with at most this many natural-gradient steps (for
         ``"lowrank"``: L-BFGS iterations per phase).
@@ -191,7 +191,7 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         rank=2,
         n_restarts=2,
         max_iter=300,
-        inner_max_iter=50,
+        inner_max_iter=10,
         tol=1e-4,
         alpha_init=25.0,
         init_std=0.1,
