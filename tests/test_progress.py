@@ -155,3 +155,71 @@ def test_reporter_levels_format_and_stream():
     silent = io.StringIO()
     ProgressReporter(verbose=None, prefix="Y", stream=silent)(1, "nothing")
     assert silent.getvalue() == ""
+
+
+class _Recorder:
+    """A scikit-learn FitCallback that records the hooks it sees."""
+
+    def __init__(self):
+        self.events = []
+
+    def setup(self, estimator, context):
+        self.events.append(("setup", context.task_name))
+
+    def on_fit_task_begin(self, estimator, context):
+        self.events.append(("begin", context.task_name, context.task_id))
+
+    def on_fit_task_end(self, estimator, context):
+        self.events.append(("end", context.task_name, context.task_id))
+        return False
+
+    def teardown(self, estimator, context):
+        self.events.append(("teardown", context.task_name))
+
+
+def _toy_estimator_class():
+    sklearn_callback = pytest.importorskip("sklearn.callback")
+    from sklearn.base import BaseEstimator
+
+    from sklearn_meanfield._progress import fit_progress
+
+    class Toy(sklearn_callback.CallbackSupportMixin, BaseEstimator):
+        def __init__(self, n_steps=3, verbose=0):
+            self.n_steps = n_steps
+            self.verbose = verbose
+
+        def fit(self, X, y=None):
+            with fit_progress(self, self.verbose, max_steps=self.n_steps) as report:
+                for k in range(self.n_steps):
+                    report.step(1, "step %d", k)
+            self.fitted_ = True
+            return self
+
+    return Toy
+
+
+def test_fit_progress_drives_sklearn_callbacks(capsys):
+    Toy = _toy_estimator_class()
+    recorder = _Recorder()
+    Toy(n_steps=3, verbose=1).set_callbacks(recorder).fit(np.zeros((2, 1)))
+    assert recorder.events == [
+        ("setup", "fit"),
+        ("begin", "fit", 0),
+        ("begin", "step", 0),
+        ("end", "step", 0),
+        ("begin", "step", 1),
+        ("end", "step", 1),
+        ("begin", "step", 2),
+        ("end", "step", 2),
+        ("end", "fit", 0),
+        ("teardown", "fit"),
+    ]
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" (")[0] for line in lines] == [
+        "[Toy] step 0",
+        "[Toy] step 1",
+        "[Toy] step 2",
+    ]
+    # Without callbacks the same fit only prints.
+    Toy(n_steps=2, verbose=1).fit(np.zeros((2, 1)))
+    assert len(capsys.readouterr().out.splitlines()) == 2
