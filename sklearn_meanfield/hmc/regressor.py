@@ -15,6 +15,7 @@ from .._base import atomic_fit
 from .._loo import psis_loo
 from .._parallel import draw_seeds, run_parallel
 from .._progress import ProgressReporter
+from ..variational._scaling import Standardizer
 from ._chains import run_chains
 from ._diagnostics import effective_sample_size, split_rhat
 from ._network import HyperPrior, NetworkLayout, forward
@@ -29,14 +30,6 @@ _PREDICT_BLOCK = 64
 def _run_batch(X, Y, layout, prior, seeds, chain_ids, settings):
     """Module-level (picklable) unit of parallel work: one batch of chains."""
     return run_chains(X, Y, layout, prior, seeds, chain_ids=chain_ids, **settings)
-
-
-def _standardize(values):
-    mean = values.mean(axis=0)
-    scale = values.std(axis=0)
-    # Constant columns keep their scale of 1: nothing to learn from them.
-    scale = np.where(scale > 0, scale, 1.0)
-    return mean, scale
 
 
 class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
@@ -247,8 +240,11 @@ class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
         reporter = ProgressReporter(self.verbose, type(self).__name__)
         Y = y.reshape(len(y), -1).astype(float)
-        self._x_mean, self._x_scale = _standardize(X)
-        self._y_mean, self._y_scale = _standardize(Y)
+        # The variational regressor's standardiser (constant columns keep a
+        # scale of 1), shared rather than copied.
+        x_scaler, y_scaler = Standardizer(X), Standardizer(Y)
+        self._x_mean, self._x_scale = x_scaler.mean, x_scaler.scale
+        self._y_mean, self._y_scale = y_scaler.mean, y_scaler.scale
         Xs = (X - self._x_mean) / self._x_scale
         Ys = (Y - self._y_mean) / self._y_scale
 
