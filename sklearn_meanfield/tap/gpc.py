@@ -116,8 +116,8 @@ def _log_evidence(
 # residual, and the evidence's error of its square (the EP evidence is
 # stationary in the sites).  Near the optimum the tolerance tightens to
 # ``tol``.
-_GRADIENT_RELATIVE_TOL = 1e-3
-_LOOSEST_TOL = 1e-2
+_GRADIENT_RELATIVE_TOL = 1e-4
+_LOOSEST_TOL = 1e-3
 
 
 def _optimize_from(initial_theta, X, t, kernel, config):
