@@ -32,8 +32,8 @@ from sklearn_meanfield.tap.perceptron import TAPPerceptronClassifier
 
 N_FEATURES = 50
 LABEL_NOISE = 0.05
-ALPHAS = [0.5, 1, 2, 3, 4, 6, 8]
-N_DATASETS = 8
+ALPHAS = [0.5, 1, 2, 3, 4, 6, 8, 12]
+N_DATASETS = 12
 N_TEST = 2000
 
 
