@@ -47,19 +47,16 @@ def datasets(quick):
 
 
 def models(quick, n_features):
-    ours = dict(
-        hidden_layer_size=8,
-        n_restarts=1 if quick else 2,
-        max_iter=6 if quick else 15,
-        inner_max_iter=100,
-        tol=1e-3,
-        random_state=0,
-        n_jobs=1,
-    )
+    # Our defaults (two restarts, natural-gradient iterations to the
+    # relative-change tolerance); the slow low-rank family is capped at 20
+    # L-BFGS phases of 100 iterations.
+    ours = dict(hidden_layer_size=8, random_state=0, n_jobs=1)
+    if quick:
+        ours["n_restarts"] = 1
     yield "ensemble full", EnsembleLearningRegressor(covariance="full", **ours)
     yield (
         "ensemble lowrank(4)",
-        EnsembleLearningRegressor(covariance="lowrank", rank=4, **ours),
+        EnsembleLearningRegressor(covariance="lowrank", rank=4, max_iter=20, **ours),
     )
     yield "ensemble diag", EnsembleLearningRegressor(covariance="diag", **ours)
     yield "MLPRegressor", MLPRegressor(max_iter=2000, random_state=0)
@@ -75,9 +72,16 @@ def models(quick, n_features):
         ),
     )
     if hasattr(sklearn_meanfield, "HMCNetworkRegressor"):
-        hmc = dict(hidden_layer_size=8, random_state=0, n_jobs=1)
-        if quick:
-            hmc.update(n_samples=50, n_warmup=50, n_chains=2)
+        # A short run: 2 chains of 200 warm-up and 200 kept draws.
+        hmc = dict(
+            hidden_layer_size=8,
+            n_samples=50 if quick else 200,
+            n_warmup=50 if quick else 200,
+            n_leapfrog=50,
+            n_chains=2,
+            random_state=0,
+            n_jobs=1,
+        )
         yield "HMCNetworkRegressor", sklearn_meanfield.HMCNetworkRegressor(**hmc)
 
 

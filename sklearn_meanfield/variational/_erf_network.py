@@ -127,6 +127,11 @@ def bvn_cdf(h, k, rho):
     Returns
     -------
     ndarray
+    Examples
+    --------
+    >>> from sklearn_meanfield.variational._erf_network import bvn_cdf
+    >>> round(float(bvn_cdf(0.0, 0.0, 0.5)), 6)  # 1/4 + arcsin(1/2) / (2 pi)
+    0.333333
     """
     h, k, rho = np.broadcast_arrays(
         np.asarray(h, dtype=float),
@@ -278,6 +283,12 @@ class NetworkShape:
     covariance : {"full", "lowrank", "diag"}
     rank : int
         Rank of ``F`` for ``"lowrank"``.
+    Examples
+    --------
+    >>> from sklearn_meanfield.variational._erf_network import NetworkShape
+    >>> shape = NetworkShape(3, 4, 1, "full")
+    >>> shape.n_weights, shape.n_params  # 4 * (3 + 1) + 4 weights
+    (20, 230)
     """
 
     def __init__(self, n_inputs, n_hidden, n_outputs, covariance="full", rank=2):
@@ -309,6 +320,15 @@ def unpack(theta, shape):
     ``full``: ``C = L L^T`` with ``L = diag(exp(log_diag)) + strictly lower``;
     returned ``F = L`` and the diagonal part ``d`` of ``C`` is zero.
     ``lowrank``/``diag``: ``C = diag(exp(2 log_diag)) + F F^T``.
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.variational._erf_network import (
+    ...     NetworkShape, init_params, unpack)
+    >>> shape = NetworkShape(2, 2, 1, "full")
+    >>> wbar, log_diag, F = unpack(init_params(shape, np.random.RandomState(0)), shape)
+    >>> wbar.shape, F.shape, bool(np.allclose(np.diag(F), np.exp(log_diag)))
+    ((8,), (8, 8), True)
     """
     k = shape.n_weights
     wbar = theta[:k]
@@ -334,7 +354,18 @@ def _diag_part(log_diag, shape):
 
 
 def covariance_matrix(theta, shape):
-    """The dense covariance ``C`` of ``Q``."""
+    """The dense covariance ``C`` of ``Q``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.variational._erf_network import (
+    ...     NetworkShape, covariance_matrix, init_params)
+    >>> shape = NetworkShape(2, 2, 1, "diag")
+    >>> C = covariance_matrix(init_params(shape, np.random.RandomState(0)), shape)
+    >>> bool(np.allclose(C, 0.01 * np.eye(8)))  # init_std = 0.1
+    True
+    """
     _, log_diag, F = unpack(theta, shape)
     return np.diag(_diag_part(log_diag, shape)) + F @ F.T
 
@@ -345,6 +376,14 @@ def init_params(shape, rng, init_std=0.1):
     Input-to-hidden weights are drawn with variance ``1 / n_inputs`` so that
     hidden units start in the non-saturated range of ``g`` for standardised
     inputs; output weights with variance ``1 / n_hidden``.
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.variational._erf_network import (
+    ...     NetworkShape, init_params)
+    >>> shape = NetworkShape(2, 3, 1, "lowrank", rank=2)
+    >>> init_params(shape, np.random.RandomState(0)).shape == (shape.n_params,)
+    True
     """
     k = shape.n_weights
     H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
@@ -369,6 +408,12 @@ def weight_groups(shape):
     Returns an int array of length ``n_weights`` with values in
     ``0..n_inputs + 1``: ``d < n_inputs`` for the weights from input ``d``,
     ``n_inputs`` for hidden biases, ``n_inputs + 1`` for hidden-to-output.
+    Examples
+    --------
+    >>> from sklearn_meanfield.variational._erf_network import (
+    ...     NetworkShape, weight_groups)
+    >>> weight_groups(NetworkShape(2, 2, 1)).tolist()
+    [0, 1, 2, 0, 1, 2, 3, 3]
     """
     H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
     u_groups = np.tile(np.arange(P), H)
@@ -410,6 +455,17 @@ def output_moments(X1, theta, shape):
     Returns
     -------
     mean, second : ndarray of shape (n_samples, n_outputs)
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.variational._erf_network import (
+    ...     NetworkShape, init_params, output_moments)
+    >>> rng = np.random.RandomState(0)
+    >>> X1 = np.column_stack([rng.normal(size=(4, 2)), np.ones(4)])
+    >>> shape = NetworkShape(2, 3, 1)
+    >>> mean, second = output_moments(X1, init_params(shape, rng), shape)
+    >>> mean.shape, bool(np.all(second >= mean**2))
+    ((4, 1), True)
     """
     loc = _local(X1, unpack(theta, shape)[0], covariance_matrix(theta, shape), shape)
     first, second, _ = _data_moments(loc, order=2)
@@ -477,11 +533,6 @@ def _data_moments(loc, order):
         + terms["w02"] * Jn[0, 2]
     ).sum(axis=(2, 3))
     return first, second, dict(e=e, J=J, terms=terms, cdiag=cdiag)
-
-
-def _swap_jet_axes(J):
-    """Move the output axis: J[p, q] is (n, H, H); return (p, q, n, 1, H, H)."""
-    return J[:, :, :, None, :, :]
 
 
 def _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats):
@@ -837,6 +888,20 @@ def joint_negative_bound(params, X1, T, shape, groups):
     -------
     value : float
     grad : ndarray of the shape of ``params``
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.variational._erf_network import (
+    ...     NetworkShape, init_params, joint_negative_bound, weight_groups)
+    >>> rng = np.random.RandomState(0)
+    >>> X1 = np.column_stack([rng.normal(size=(5, 2)), np.ones(5)])
+    >>> shape = NetworkShape(2, 2, 1, "diag")
+    >>> groups = weight_groups(shape)
+    >>> params = np.concatenate([init_params(shape, rng), np.zeros(1 + 4)])
+    >>> value, grad = joint_negative_bound(
+    ...     params, X1, rng.normal(size=(5, 1)), shape, groups)
+    >>> grad.shape == params.shape
+    True
     """
     n_theta = shape.n_params
     M = shape.n_outputs
@@ -870,6 +935,16 @@ def sample_outputs(X1, theta, shape, rng, n_draws):
     Returns
     -------
     f : ndarray of shape (n_draws, n_samples, n_outputs)
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.variational._erf_network import (
+    ...     NetworkShape, init_params, sample_outputs)
+    >>> rng = np.random.RandomState(0)
+    >>> X1 = np.column_stack([rng.normal(size=(4, 2)), np.ones(4)])
+    >>> shape = NetworkShape(2, 3, 1)
+    >>> sample_outputs(X1, init_params(shape, rng), shape, rng, 5).shape
+    (5, 4, 1)
     """
     wbar, log_diag, F = unpack(theta, shape)
     scale = np.sqrt(_diag_part(log_diag, shape))
@@ -894,6 +969,14 @@ def cavity_loo(T, mean, second, alpha, max_leverage=0.9):
     Returns
     -------
     loo_mean : ndarray of the shape of ``T``
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.variational._erf_network import cavity_loo
+    >>> T, mean = np.array([[1.0]]), np.array([[0.8]])
+    >>> # leverage alpha s^2 = 4 * 0.125 = 0.5 doubles the residual
+    >>> cavity_loo(T, mean, mean**2 + 0.125, np.array([4.0])).round(6).tolist()
+    [[0.6]]
     """
     var_f = np.maximum(second - mean * mean, 0.0)
     leverage = np.minimum(alpha * var_f, max_leverage)
@@ -911,6 +994,18 @@ def psis_loo(X1, T, theta, shape, alpha, rng, n_draws=2000):
     -------
     loo_mean : ndarray of the shape of ``T``
     pareto_k : ndarray of the shape of ``T``
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.variational._erf_network import (
+    ...     NetworkShape, init_params, psis_loo)
+    >>> rng = np.random.RandomState(0)
+    >>> X1 = np.column_stack([rng.normal(size=(6, 2)), np.ones(6)])
+    >>> shape = NetworkShape(2, 2, 1)
+    >>> loo, k = psis_loo(X1, rng.normal(size=(6, 1)), init_params(shape, rng),
+    ...     shape, np.ones(1), rng, n_draws=200)
+    >>> loo.shape, k.shape
+    ((6, 1), (6, 1))
     """
     from .._loo import psis_smooth
 

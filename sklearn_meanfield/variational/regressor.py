@@ -71,13 +71,14 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         the highest bound is kept.
     max_iter : int, default=300
         Maximum number of iterations, each an update of ``Q`` (one
-        natural-gradient step; for ``"lowrank"`` an L-BFGS phase, ``Q`` and the
-        log hyperparameters jointly) followed by the exact re-estimation of
-        the hyperparameters.
+        natural-gradient step; for ``"lowrank"`` a phase of 100 L-BFGS
+        iterations on ``Q`` and the log hyperparameters jointly) followed by
+        the exact re-estimation of the hyperparameters.  ``"lowrank"`` is the
+        slow family: L-BFGS needs far more iterations than natural gradient.
     inner_max_iter : int, default=10
         Before the first iteration ``Q`` is fitted at the initial
         hyperparameters, with at most this many natural-gradient steps (for
-        ``"lowrank"``: L-BFGS iterations per phase).
+        ``"lowrank"`` the first L-BFGS phase plays that part).
     tol : float, default=1e-4
         Stop when an iteration raises the bound (in standardised units) by
         less than ``tol * max(|bound|, n_samples)``.
