@@ -1,6 +1,7 @@
 """The Bayes-optimal perceptron by TAP mean-field theory (Opper & Winther 1996)."""
 
 import warnings
+from functools import lru_cache
 from numbers import Integral, Real
 
 import numpy as np
@@ -11,7 +12,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from .._base import atomic_fit
 from .._parallel import draw_seeds, run_parallel, run_restarts, select_best
@@ -42,6 +43,12 @@ _MIN_ISOTROPIC_VARIANCE = 1e-6
 # took 0.05-0.2 s on one OpenBLAS thread and 0.3-2 s on two, and a 150-point
 # dual fit 0.4 s against 28 s.
 _SINGLE_THREAD_MAX_SIDE = 512
+
+
+@lru_cache(maxsize=1)
+def _threadpool_controller():
+    # Built once: a fresh threadpool_limits scans the loaded libraries (2-17 ms).
+    return ThreadpoolController()
 
 
 # The closures feed the cavity variance back from the current solution, which
@@ -225,7 +232,7 @@ def _fit_binary(Phi, t, config, seed, n_jobs):
     """One binary problem: plain iteration, then incremental restarts if needed."""
     side = Phi.shape[1] if config["space"] == "weight" else Phi.shape[0]
     if side <= _SINGLE_THREAD_MAX_SIDE:
-        with threadpool_limits(limits=1, user_api="blas"):
+        with _threadpool_controller().limit(limits=1, user_api="blas"):
             return _fit_binary_solve(Phi, t, config, seed, n_jobs)
     return _fit_binary_solve(Phi, t, config, seed, n_jobs)
 
