@@ -356,8 +356,9 @@ class TAPPerceptronClassifier(ClassifierMixin, BaseEstimator):
         more samples than weights, the dual space otherwise.  Both give the
         same solution.
     max_iter : int, default=1000
-        Maximum sweeps of the mean-field equations (adaptive TAP needs tens;
-        the closures, which take smaller steps, hundreds).
+        Maximum sweeps of the mean-field equations, shared by plain and
+        fractional EP (plain EP needs tens; fractional EP and the closures,
+        which take smaller steps, hundreds).
     tol : float, default=1e-6
         Convergence tolerance (posterior marginals, in posterior standard
         deviations).
@@ -365,8 +366,9 @@ class TAPPerceptronClassifier(ClassifierMixin, BaseEstimator):
         Largest fraction of each update taken (at most 0.2 for the
         ``"isotropic"`` and ``"naive"`` closures); reduced on oscillation.
     n_restarts : int, default=4
-        When plain iteration does not converge (hard, noise-free problems),
-        the paper's remedy: start from a few examples and add the rest in
+        When the iteration does not converge (for ``"adaptive"``: neither
+        plain nor fractional EP; hard, noise-free problems), the paper's
+        remedy: start from a few examples and add the rest in
         steps, in ``n_restarts`` random orders run in parallel; the solution
         with the best free energy is kept (for ``"naive"`` and
         ``"isotropic"``, which have no consistent free energy, the best
