@@ -40,6 +40,11 @@ from threadpoolctl import threadpool_limits
 
 from sklearn_meanfield import TAPGaussianProcessClassifier
 
+# Every fit below factorises ~400 x 400 matrices: too small to gain from
+# several BLAS threads, and on a busy machine extra threads only wait for
+# each other, so the example runs BLAS on one thread.
+threadpool_limits(limits=1, user_api="blas")
+
 X, y = load_breast_cancer(return_X_y=True)
 X_train, X_test, y_train, y_test = train_test_split(
     X, y, test_size=0.3, stratify=y, random_state=0
@@ -76,18 +81,15 @@ def make_model(method, kernel):
 # above) and compare with the built-in estimate on the same 60 points.  The
 # built-in estimate over all training points is shown as well.  Even so this
 # is 360 refits on ~400 points, the slow part of the example: about 30 s of
-# CPU time.  The refits run with one BLAS thread: their ~400 x 400
-# factorisations are too small to gain from more, and on a busy machine
-# extra BLAS threads only wait for each other.  At the optimised kernel,
-# whose amplitude is large, the naive mean-field equations hit ``max_iter``
-# without converging (the warning is silenced below; the best iterate is
-# kept).
+# CPU time.  At the optimised kernel, whose amplitude is large, the naive
+# mean-field equations hit ``max_iter`` without converging (the warning is
+# silenced below; the best iterate is kept).
 rng = np.random.default_rng(0)
 subset = np.sort(rng.choice(len(y_train), size=60, replace=False))
 methods = ("TAP", "naive", "Laplace")
 
 results = {}
-with warnings.catch_warnings(), threadpool_limits(limits=1, user_api="blas"):
+with warnings.catch_warnings():
     warnings.simplefilter("ignore", ConvergenceWarning)
     for kernel_name, kernel in kernels.items():
         for method in methods:
