@@ -70,6 +70,39 @@ def test_gaussian_sites_reproduce_gp_regression_exactly():
     )
 
 
+def test_positive_site_posterior_matches_dense_inverse_for_any_site_size():
+    # Site precisions from 1e-12 to 1e6 (relative to K_ii): the tiny ones take
+    # the K_ii - |V_i|^2 branch, the others (1 - [B^-1]_ii) / tau_i.  Every
+    # quantity against the dense inverse of K^-1 + S.
+    rng = np.random.RandomState(3)
+    X = rng.randn(30, 2)
+    K = (C(2.0) * RBF(1.5))(X) + 1e-3 * np.eye(30)
+    tau = 10.0 ** rng.uniform(-12, 6, 30) / np.diag(K)
+    tau[:3] = 0.0
+    nu = rng.randn(30) * tau
+    solved = KernelPosterior(K).solve(tau, nu)
+    Sigma = np.linalg.inv(np.linalg.inv(K) + np.diag(tau))
+    np.testing.assert_allclose(solved.var, np.diag(Sigma), rtol=1e-7)
+    np.testing.assert_allclose(solved.mean, Sigma @ nu, rtol=1e-7, atol=1e-10)
+    sign, logdet = np.linalg.slogdet(np.eye(30) + K @ np.diag(tau))
+    assert sign > 0 and solved.logdet == pytest.approx(logdet, rel=1e-9)
+    S = np.diag(tau)
+    np.testing.assert_allclose(
+        solved.site_correction(), S - S @ Sigma @ S, rtol=1e-6, atol=1e-9
+    )
+    K_cross = (C(2.0) * RBF(1.5))(X, rng.randn(5, 2))
+    positive = tau > 0
+    exact = np.einsum(
+        "ij,ij->j",
+        K_cross[positive],
+        np.linalg.solve(
+            K[np.ix_(positive, positive)] + np.diag(1 / tau[positive]),
+            K_cross[positive],
+        ),
+    )
+    np.testing.assert_allclose(solved.variance_reduction(K_cross), exact, rtol=1e-7)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_step_evidence_matches_orthant_probability(seed):
     # Noise-free step labels: Z = P(t_i h_i > 0 for all i), h ~ N(0, K).

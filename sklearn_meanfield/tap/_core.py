@@ -91,8 +91,9 @@ class _PositiveSiteSolution:
         small = tau * prior_var < _SMALL_SITE_THRESHOLD
         with np.errstate(divide="ignore", invalid="ignore"):
             self.var = np.where(small, prior_var, (1.0 - b_inv_diag) / tau)
-        small &= tau > 0  # a zero site leaves its marginal at the prior
-        if np.any(small):
+        # The other sites still inform a site of (near-)zero precision; only
+        # when every site is zero (a cold start) is the prior the posterior.
+        if np.any(small) and np.any(tau > 0):
             V = blas.dtrmm(1.0, chol_inv, sqrt_tau[:, None] * K[:, small], lower=1)
             self.var[small] = prior_var[small] - np.einsum("ij,ij->j", V, V)
         K_nu = K @ nu
