@@ -349,6 +349,17 @@ def ep_log_evidence(log_z, tau, nu, cavity_mean, cavity_tau, mean, var, logdet):
     )
 
 
+def _next_step(step, residual, previous_residual, damping):
+    """The damped iterations' step control, shared by both solvers.
+
+    Oscillation (a growing residual) halves the step, down to 0.01; steady
+    progress lets it grow back by 10% a sweep, up to ``damping``.
+    """
+    if residual > previous_residual:
+        return max(0.5 * step, 0.01)
+    return min(1.1 * step, damping)
+
+
 def _cavities(solution, tau, nu):
     cavity_tau = 1.0 / solution.var - tau
     cavity_nu = solution.mean / solution.var - nu
@@ -471,11 +482,7 @@ def expectation_propagation(
             break
         if patience is not None and n_iter - halved_at[1] > patience:
             break
-        # Oscillation shrinks the step; steady progress lets it grow back.
-        if residual > previous_residual:
-            step = max(0.5 * step, 0.01)
-        else:
-            step = min(1.1 * step, damping)
+        step = _next_step(step, residual, previous_residual, damping)
         previous_residual = residual
         if site_steps:
             change = np.stack([new_tau - tau, new_nu - nu])
@@ -692,10 +699,7 @@ def mean_field_iteration(
         if residual < tol:
             converged = True
             break
-        if residual > previous_residual:
-            step = max(0.5 * step, 0.01)
-        else:
-            step = min(1.1 * step, damping)
+        step = _next_step(step, residual, previous_residual, damping)
         previous_residual = residual
         alpha = alpha + step * (first - alpha)
     _, alpha, mean, lam, cavity_mean, log_z, second = best
