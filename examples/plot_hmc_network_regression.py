@@ -34,15 +34,9 @@ y = truth(X[:, 0]) + rng.normal(0, 0.1, size=len(X))
 # One outlier: its leave-one-out estimate is the hardest.
 y[10] += 1.0
 
-model = HMCNetworkRegressor(
-    hidden_layer_size=10,
-    n_samples=200,
-    n_warmup=200,
-    n_leapfrog=50,
-    n_chains=4,
-    n_jobs=2,
-    random_state=0,
-)
+# The defaults: 10 hidden units, 4 chains of 500 warm-up iterations and 1000
+# draws, 100 leapfrog steps per trajectory; two workers run two chains each.
+model = HMCNetworkRegressor(n_jobs=2, random_state=0)
 model.fit(X, y)
 print(f"acceptance per chain: {np.round(model.acceptance_rate_, 2)}")
 print(f"noise sd: {model.noise_std_[0]:.3f}, largest split R-hat: {model.rhat_:.3f}")

@@ -218,3 +218,60 @@ def test_rescale_moves_sample_the_precision_given_standardised_weights():
     # 40 000 correlated draws: the Monte Carlo error is a few hundredths.
     assert np.mean(log_tau) == pytest.approx(mean, abs=0.06)
     assert np.std(log_tau) == pytest.approx(sd_exact, rel=0.05)
+
+
+def test_unit_rescaling_samples_the_scale_ridge():
+    # The move (incoming, outgoing) -> (c incoming, outgoing / c) of a hidden
+    # unit must leave the posterior invariant.  With one unit, along the orbit
+    # of a starting point the posterior of u = log c is one-dimensional:
+    # (d + 1 - m) u (the Jacobian) plus the log prior and log likelihood at
+    # the scaled point, which quadrature gives exactly.
+    from sklearn_meanfield.hmc._chains import ChainRandom
+    from sklearn_meanfield.hmc._network import augment, rescale_units
+
+    layout = NetworkLayout(1, 1, 1, ard=True)
+    rng = np.random.RandomState(4)
+    X = rng.normal(size=(15, 1))
+    Y = 0.8 * np.tanh(1.5 * X) + rng.normal(0, 0.3, size=(15, 1))
+    start = np.array([1.2, 0.1, 0.9, 0.0])  # w1, b1, w2, b2
+    precision = np.array([1.0, 2.0, 0.5, 1.0])
+    noise = 1 / 0.3**2
+    n_chains = 200
+    theta = np.tile(start, (n_chains, 1))
+    random = ChainRandom(range(n_chains))
+    sd = np.full((n_chains, 1), 1.0)
+    log_c = []
+    for step in range(250):
+        theta, _ = rescale_units(
+            theta,
+            np.tile(precision, (n_chains, 1)),
+            np.full((n_chains, 1), noise),
+            augment(X),
+            Y,
+            layout,
+            sd,
+            random,
+        )
+        if step >= 50:
+            log_c.append(np.log(theta[:, 0] / start[0]))
+    # The product of incoming and outgoing weights never changes.
+    np.testing.assert_allclose(theta[:, 0] * theta[:, 2], start[0] * start[2])
+    log_c = np.concatenate(log_c)
+
+    grid = np.linspace(-6, 6, 12001)[:, None]
+    c = np.exp(grid)
+    f = np.tanh(c * (start[0] * X[:, 0] + start[1])) * start[2] / c
+    log_density = (
+        (2 - 1) * grid[:, 0]
+        - 0.5
+        * c[:, 0] ** 2
+        * (precision[0] * start[0] ** 2 + precision[1] * start[1] ** 2)
+        - 0.5 * precision[2] * start[2] ** 2 / c[:, 0] ** 2
+        - 0.5 * noise * np.sum((Y[:, 0] - f) ** 2, axis=1)
+    )
+    weights = np.exp(log_density - log_density.max())
+    weights /= weights.sum()
+    mean = np.sum(weights * grid[:, 0])
+    sd_exact = np.sqrt(np.sum(weights * (grid[:, 0] - mean) ** 2))
+    assert np.mean(log_c) == pytest.approx(mean, abs=0.03)
+    assert np.std(log_c) == pytest.approx(sd_exact, rel=0.05)

@@ -17,6 +17,7 @@ from ._network import (
     log_posterior_and_grad,
     prior_precision_vector,
     rescale_groups,
+    rescale_units,
     step_scales,
 )
 from ._sampler import DualAveraging, hmc_step
@@ -174,6 +175,7 @@ def run_chains(
     # acceptance of 0.44 (the optimum of a one-dimensional random-walk
     # Metropolis) while the hyperparameters move during warm-up, then frozen.
     log_rescale_sd = np.full((n_chains, layout.n_groups), np.log(0.5))
+    log_unit_sd = np.full((n_chains, layout.n_hidden), np.log(0.3))
 
     P, m, G = layout.n_params, layout.n_outputs, layout.n_groups
     out = {
@@ -204,9 +206,20 @@ def run_chains(
                 np.exp(log_rescale_sd),
                 rng,
             )
+            theta, unit_accept = rescale_units(
+                theta,
+                prior_precision_vector(group_precision, layout),
+                noise_precision,
+                X_aug_t,
+                Y,
+                layout,
+                np.exp(log_unit_sd),
+                rng,
+            )
             if iteration < n_warmup:
                 rate = (iteration - n_fixed + 1) ** -0.6
                 log_rescale_sd += rate * (rescale_accept - 0.44)
+                log_unit_sd += rate * (unit_accept - 0.44)
             target = make_target(noise_precision, group_precision)
             scales = step_scales(
                 group_precision, noise_precision, X_sq_sum, n_train, layout
