@@ -76,8 +76,12 @@ def check_kernel_memory(n_samples, n_hyperparameters=0, fraction=0.8):
         )
 
 
-def _solve(K, t, config, warm=None, tol=None):
-    """Run the configured mean-field equations on a kernel matrix."""
+def _solve(K, t, config, warm=None, tol=None, reporter=None):
+    """Run the configured mean-field equations on a kernel matrix.
+
+    ``reporter`` receives one line per sweep at ``verbose >= 2``; it is given
+    for the final solve only, not for each evidence evaluation of the optimiser.
+    """
     posterior = KernelPosterior(K)
     likelihood = make_likelihood(config["likelihood"], config["label_noise"])
     warm = warm or {}
@@ -90,6 +94,7 @@ def _solve(K, t, config, warm=None, tol=None):
         max_iter=config["max_iter"],
         tol=config["tol"] if tol is None else tol,
         damping=config["damping"],
+        reporter=reporter,
     )
 
 
@@ -229,7 +234,7 @@ def _fit_binary(X, t, kernel, config, seed, n_jobs):
         sites = None
 
     K = kernel(X)
-    ep = _solve(K, t, config, sites)
+    ep = _solve(K, t, config, sites, reporter=reporter)
     if config["method"] == "naive":
         likelihood = make_likelihood(config["likelihood"], config["label_noise"])
         solution = mean_field_iteration(
@@ -240,6 +245,7 @@ def _fit_binary(X, t, kernel, config, seed, n_jobs):
             max_iter=config["max_iter"],
             tol=config["tol"],
             damping=min(config["damping"], 0.2),
+            reporter=reporter,
         )
     else:
         solution = ep
