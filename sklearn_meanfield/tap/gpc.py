@@ -464,6 +464,15 @@ class TAPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         -------
         self : object
             The fitted estimator.
+
+        Raises
+        ------
+        ValueError
+            If ``y`` holds a single class (there is nothing to classify), or
+            if ``X`` or ``y`` is invalid (NaN, infinity, wrong shape).
+        MemoryError
+            Before any work, if the n x n kernel matrices would not fit in
+            memory; the message gives the size.
         """
         X, y = validate_data(self, X, y, **self._validation_kwargs())
         check_classification_targets(y)
