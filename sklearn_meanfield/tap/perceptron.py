@@ -482,11 +482,22 @@ class TAPPerceptronClassifier(ClassifierMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Training inputs.  With more samples than features the fit works in
+            the n_features x n_features weight space, so 10^5 samples cost
+            O(n_samples n_features^2) a sweep and no n_samples^2 memory.
         y : array-like of shape (n_samples,)
+            Target labels.
 
         Returns
         -------
         self : object
+            The fitted estimator.
+
+        Raises
+        ------
+        ValueError
+            If ``y`` holds a single class (there is nothing to classify), or
+            if ``X`` or ``y`` is invalid (NaN, infinity, wrong shape).
         """
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
