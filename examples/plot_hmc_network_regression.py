@@ -39,7 +39,7 @@ y[10] += 1.0
 # On these data the fit warns that the chains disagree about the precision of
 # the hidden biases (R-hat about 1.3): units whose tanh transition sits in the
 # gap or beyond the data have biases the data do not pin down, and their sum of
-# squares drifts slowly.  The predictions themselves agree (see the traces).
+# squares drifts slowly.  The traces below show how far the predictions agree.
 model = HMCNetworkRegressor(n_jobs=2, random_state=0)
 model.fit(X, y)
 print(f"acceptance per chain: {np.round(model.acceptance_rate_, 2)}")
