@@ -222,7 +222,9 @@ def psis_smooth(log_weights, r_eff=1.0):
 class PSISLOOResult(NamedTuple):
     """Leave-one-out quantities estimated by PSIS.
 
-    Attributes
+    A named tuple: the parameters below are also its fields.
+
+    Parameters
     ----------
     log_density : ndarray of shape (n_points,)
         Leave-one-out log predictive density ``log p(y_i | y_-i)`` per point.

@@ -189,7 +189,7 @@ def test_loo_error_matches_brute_force_refits():
         brute[i] = mean[0]
         # Log predictive density of the mixture over draws.
         draws = refit.predict_draws(X[i : i + 1])[:, 0]
-        sd = refit._y_scale[0] / np.sqrt(refit.noise_precision_draws_[:, 0])
+        sd = refit._y_scaler.scale[0] / np.sqrt(refit.noise_precision_draws_[:, 0])
         log_p = -0.5 * ((y[i] - draws) / sd) ** 2 - np.log(sd * np.sqrt(2 * np.pi))
         log_density[i] = np.log(np.mean(np.exp(log_p)))
     brute_mse = np.mean((y - brute) ** 2)

@@ -11,11 +11,10 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._base import atomic_fit
+from .._base import StandardizedRegressorMixin, atomic_fit
 from .._loo import psis_loo
 from .._parallel import draw_seeds, run_parallel
 from .._progress import ProgressReporter
-from ..variational._scaling import Standardizer
 from ._chains import run_chains
 from ._diagnostics import effective_sample_size, split_rhat
 from ._network import HyperPrior, NetworkLayout, forward
@@ -32,7 +31,7 @@ def _run_batch(X, Y, layout, prior, seeds, chain_ids, settings):
     return run_chains(X, Y, layout, prior, seeds, chain_ids=chain_ids, **settings)
 
 
-class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
+class HMCNetworkRegressor(StandardizedRegressorMixin, RegressorMixin, BaseEstimator):
     """Bayesian one-hidden-layer tanh network, posterior sampled by Hybrid Monte Carlo.
 
     The network ``f(x) = tanh(x W1 + b1) W2 + b2`` gets Gaussian priors whose
@@ -214,12 +213,6 @@ class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
         self.random_state = random_state
         self.verbose = verbose
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.target_tags.single_output = True
-        tags.target_tags.multi_output = True
-        return tags
-
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
     def fit(self, X, y):
@@ -234,21 +227,13 @@ class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
         -------
         self : HMCNetworkRegressor
         """
-        X, y = validate_data(
-            self, X, y, multi_output=True, y_numeric=True, ensure_min_samples=2
-        )
+        X, y, Xs, Ys = self._validate_training_data(X, y)
         rng = check_random_state(self.random_state)
         reporter = ProgressReporter(self.verbose, type(self).__name__)
-        Y = y.reshape(len(y), -1).astype(float)
-        # The variational regressor's standardiser (constant columns keep a
-        # scale of 1), shared rather than copied.
-        x_scaler, y_scaler = Standardizer(X), Standardizer(Y)
-        self._x_mean, self._x_scale = x_scaler.mean, x_scaler.scale
-        self._y_mean, self._y_scale = y_scaler.mean, y_scaler.scale
-        Xs = (X - self._x_mean) / self._x_scale
-        Ys = (Y - self._y_mean) / self._y_scale
 
-        layout = NetworkLayout(X.shape[1], self.hidden_layer_size, Y.shape[1], self.ard)
+        layout = NetworkLayout(
+            X.shape[1], self.hidden_layer_size, Ys.shape[1], self.ard
+        )
         prior = HyperPrior()
         self._layout = layout
         seeds = draw_seeds(rng, self.n_chains)
@@ -292,7 +277,7 @@ class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
         self.precision_draws_ = group_precision.transpose(1, 0, 2).reshape(
             n_chains * n_kept, -1
         )
-        self.noise_std_ = self._y_scale * np.mean(
+        self.noise_std_ = self._y_scaler.scale * np.mean(
             1.0 / np.sqrt(self.noise_precision_draws_), axis=0
         )
 
@@ -365,10 +350,12 @@ class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
             predictions=outputs.reshape(n_kept * n_chains, n_train, n_outputs),
             r_eff=r_eff,
         )
-        prediction = result.prediction * self._y_scale + self._y_mean
+        prediction = self._y_scaler.inverse_mean(result.prediction)
         self.loo_prediction_ = prediction.reshape(y.shape)
         self.loo_error_ = float(np.mean((y - self.loo_prediction_) ** 2))
-        self.loo_log_density_ = result.log_density - np.sum(np.log(self._y_scale))
+        self.loo_log_density_ = result.log_density - np.sum(
+            np.log(self._y_scaler.scale)
+        )
         self.pareto_k_ = result.pareto_k
         n_bad = int(np.sum(self.pareto_k_ > 0.7))
         if n_bad > max(0.05 * n_train, 1):
@@ -381,9 +368,9 @@ class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
 
     def _draw_outputs(self, X):
         """Network outputs of every draw, (n_draws, n_rows, n_outputs), target units."""
-        Xs = (X - self._x_mean) / self._x_scale
+        Xs = self._x_scaler.transform(X)
         outputs, _ = forward(self.parameter_draws_, Xs, self._layout)
-        return outputs * self._y_scale + self._y_mean
+        return self._y_scaler.inverse_mean(outputs)
 
     def predict_draws(self, X):
         """Network output of every posterior draw (no noise), in target units.
@@ -403,7 +390,7 @@ class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
         draws = self._draw_outputs(X)
-        return draws[:, :, 0] if self.loo_prediction_.ndim == 1 else draws
+        return draws[:, :, 0] if self._y_ndim == 1 else draws
 
     def predict(self, X, return_std=False):
         """Posterior predictive mean (and standard deviation, noise included).
@@ -423,7 +410,7 @@ class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
         noise_var = np.mean(1.0 / self.noise_precision_draws_, axis=0) * (
-            self._y_scale**2
+            self._y_scaler.scale**2
         )
         means, stds = [], []
         for start in range(0, X.shape[0], _PREDICT_BLOCK):
@@ -431,14 +418,10 @@ class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
             means.append(draws.mean(axis=0))
             if return_std:
                 stds.append(np.sqrt(draws.var(axis=0) + noise_var))
-        mean = np.concatenate(means, axis=0).reshape(X.shape[0], len(self._y_mean))
-        squeeze = self.loo_prediction_.ndim == 1
-        if squeeze:
-            mean = mean[:, 0]
+        mean = self._like_y(np.concatenate(means, axis=0))
         if not return_std:
             return mean
-        std = np.concatenate(stds, axis=0).reshape(X.shape[0], len(self._y_mean))
-        return mean, std[:, 0] if squeeze else std
+        return mean, self._like_y(np.concatenate(stds, axis=0))
 
     def sample_y(self, X, n_samples=1, random_state=None):
         """Draw targets from the posterior predictive distribution.
@@ -461,12 +444,9 @@ class HMCNetworkRegressor(RegressorMixin, BaseEstimator):
         X = validate_data(self, X, reset=False)
         rng = check_random_state(random_state)
         index = rng.randint(len(self.parameter_draws_), size=int(n_samples))
-        Xs = (X - self._x_mean) / self._x_scale
+        Xs = self._x_scaler.transform(X)
         outputs, _ = forward(self.parameter_draws_[index], Xs, self._layout)
         noise_sd = 1.0 / np.sqrt(self.noise_precision_draws_[index])
         samples = outputs + noise_sd[:, None, :] * rng.standard_normal(outputs.shape)
-        samples = samples * self._y_scale + self._y_mean  # (n_samples, n_X, m)
-        samples = samples.transpose(1, 2, 0)
-        if self.loo_prediction_.ndim == 1:
-            return samples[:, 0, :]
-        return samples
+        samples = self._y_scaler.inverse_mean(samples)  # (n_samples, n_X, m)
+        return self._like_y(samples.transpose(1, 2, 0))

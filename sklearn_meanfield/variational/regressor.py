@@ -10,7 +10,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._base import atomic_fit
+from .._base import StandardizedRegressorMixin, atomic_fit
 from .._parallel import run_restarts, select_best
 from ._erf_network import (
     NetworkShape,
@@ -22,7 +22,6 @@ from ._erf_network import (
     unpack,
 )
 from ._optimise import fit_restart
-from ._scaling import Standardizer
 
 __all__ = ["EnsembleLearningRegressor"]
 
@@ -37,7 +36,9 @@ __all__ = ["EnsembleLearningRegressor"]
 _MAX_PRECISION = 1e6
 
 
-class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
+class EnsembleLearningRegressor(
+    StandardizedRegressorMixin, RegressorMixin, BaseEstimator
+):
     """Two-layer erf network with a full-covariance Gaussian posterior.
 
     Ensemble learning (variational Bayes) for ``f(x) = sum_i v_i erf(u_i . x~
@@ -215,12 +216,6 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         self.verbose = verbose
         self.loo = loo
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.target_tags.multi_output = True
-        tags.target_tags.single_output = True
-        return tags
-
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
     def fit(self, X, y):
@@ -235,23 +230,11 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         -------
         self : object
         """
-        X, y = validate_data(
-            self,
-            X,
-            y,
-            multi_output=True,
-            y_numeric=True,
-            dtype=np.float64,
-            ensure_min_samples=2,
-        )
+        X, y, _, T = self._validate_training_data(X, y)
         rng = check_random_state(self.random_state)
-        Y = y.reshape(len(y), -1)
-        self._x_scaler = Standardizer(X)
-        self._y_scaler = Standardizer(Y)
         X1 = self._augment(X)
-        T = self._y_scaler.transform(Y)
         shape = NetworkShape(
-            X.shape[1], self.hidden_layer_size, Y.shape[1], self.covariance, self.rank
+            X.shape[1], self.hidden_layer_size, T.shape[1], self.covariance, self.rank
         )
         results = run_restarts(
             fit_restart,
@@ -282,7 +265,7 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         self._alpha_std = best["alpha"]
         y_scale = self._y_scaler.scale
         # Bound in the units of y: the Jacobian of the target scaling.
-        jacobian = len(Y) * np.sum(np.log(y_scale))
+        jacobian = len(T) * np.sum(np.log(y_scale))
         self.scores_ = best["scores"] - jacobian
         self.n_iter_ = int(best["n_iter"])
         self.mean_ = unpack(self._theta, shape)[0].copy()
@@ -316,15 +299,6 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         var = np.maximum(second - mean * mean, 0.0) + 1.0 / self._alpha_std
         return mean, var
 
-    def _shape_like_y(self, values):
-        if self._y_1d:
-            return values[:, 0]
-        return values
-
-    @property
-    def _y_1d(self):
-        return self.loo_prediction_.ndim == 1
-
     def predict(self, X, return_std=False):
         """Predictive mean (and standard deviation) of the targets.
 
@@ -341,10 +315,10 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         y_std : ndarray of the same shape, only if ``return_std``.
         """
         mean, var = self._moments(X)
-        y_mean = self._shape_like_y(self._y_scaler.inverse_mean(mean))
+        y_mean = self._like_y(self._y_scaler.inverse_mean(mean))
         if not return_std:
             return y_mean
-        y_std = self._shape_like_y(np.sqrt(var) * self._y_scaler.scale)
+        y_std = self._like_y(np.sqrt(var) * self._y_scaler.scale)
         return y_mean, y_std
 
     def sample_y(self, X, n_samples=1, random_state=None):
@@ -377,6 +351,4 @@ class EnsembleLearningRegressor(RegressorMixin, BaseEstimator):
         draws = (f + noise) * self._y_scaler.scale[:, None] + self._y_scaler.mean[
             :, None
         ]
-        if self._y_1d:
-            return draws[:, 0, :]
-        return draws
+        return self._like_y(draws)
