@@ -221,11 +221,22 @@ class HMCNetworkRegressor(StandardizedRegressorMixin, RegressorMixin, BaseEstima
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Training inputs (standardised internally; constant columns are
+            kept at scale 1).
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            Targets.  A constant target is a well-defined model: the
+            estimator then predicts the constant, with a leave-one-out error
+            of about zero.
 
         Returns
         -------
         self : HMCNetworkRegressor
+
+        Raises
+        ------
+        ValueError
+            With fewer than two samples (nothing to standardise with, nothing
+            to leave out), or invalid ``X`` or ``y`` (NaN, infinity, shape).
         """
         X, y, Xs, Ys = self._validate_training_data(X, y)
         rng = check_random_state(self.random_state)
