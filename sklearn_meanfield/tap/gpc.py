@@ -16,7 +16,12 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import atomic_fit
-from .._parallel import draw_seeds, run_parallel, select_best
+from .._parallel import (
+    draw_seeds,
+    run_parallel,
+    select_best,
+    single_blas_thread_if_small,
+)
 from .._progress import ProgressReporter
 from ._core import (
     KernelPosterior,
@@ -198,6 +203,12 @@ def _optimize_from(initial_theta, X, t, kernel, config):
 
 
 def _fit_binary(X, t, kernel, config, seed, n_jobs):
+    """Fit one binary problem, on one BLAS thread when the kernel is small."""
+    with single_blas_thread_if_small(X.shape[0] if hasattr(X, "shape") else len(X)):
+        return _fit_binary_on_current_threads(X, t, kernel, config, seed, n_jobs)
+
+
+def _fit_binary_on_current_threads(X, t, kernel, config, seed, n_jobs):
     """Fit one binary problem: hyperparameters, then the mean-field solution.
 
     A pure function of its arguments (and ``seed``), so one-vs-rest problems

@@ -1,7 +1,6 @@
 """The Bayes-optimal perceptron by TAP mean-field theory (Opper & Winther 1996)."""
 
 import warnings
-from functools import lru_cache
 from numbers import Integral, Real
 
 import numpy as np
@@ -12,10 +11,15 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
-from threadpoolctl import ThreadpoolController
 
 from .._base import atomic_fit
-from .._parallel import draw_seeds, run_parallel, run_restarts, select_best
+from .._parallel import (
+    draw_seeds,
+    run_parallel,
+    run_restarts,
+    select_best,
+    single_blas_thread_if_small,
+)
 from .._progress import ProgressReporter
 from ._core import (
     KernelPosterior,
@@ -33,22 +37,6 @@ __all__ = ["TAPPerceptronClassifier"]
 # Smallest cavity variance of the isotropic closure 1 - |<w>|^2 / N, which
 # leaves its domain once the posterior has (numerically) collapsed.
 _MIN_ISOTROPIC_VARIANCE = 1e-6
-
-
-# Problems whose matrices (d x d in weight space, m x m in the dual space)
-# have at most this many rows run their BLAS work on one thread.  Their
-# products are too small for threads to pay for their synchronisation, which
-# is paid many times over when other processes hold the cores: measured on the
-# shared 2-core machine (load 10), a weight-space sweep at m = 100,000, d = 50
-# took 0.05-0.2 s on one OpenBLAS thread and 0.3-2 s on two, and a 150-point
-# dual fit 0.4 s against 28 s.
-_SINGLE_THREAD_MAX_SIDE = 512
-
-
-@lru_cache(maxsize=1)
-def _threadpool_controller():
-    # Built once: a fresh threadpool_limits scans the loaded libraries (2-17 ms).
-    return ThreadpoolController()
 
 
 # The closures feed the cavity variance back from the current solution, which
@@ -230,11 +218,10 @@ def _incremental_solve(posterior, t, config, seed):
 
 def _fit_binary(Phi, t, config, seed, n_jobs):
     """One binary problem: plain iteration, then incremental restarts if needed."""
+    # d x d matrices in weight space, m x m in the dual space.
     side = Phi.shape[1] if config["space"] == "weight" else Phi.shape[0]
-    if side <= _SINGLE_THREAD_MAX_SIDE:
-        with _threadpool_controller().limit(limits=1, user_api="blas"):
-            return _fit_binary_solve(Phi, t, config, seed, n_jobs)
-    return _fit_binary_solve(Phi, t, config, seed, n_jobs)
+    with single_blas_thread_if_small(side):
+        return _fit_binary_solve(Phi, t, config, seed, n_jobs)
 
 
 def _fit_binary_solve(Phi, t, config, seed, n_jobs):
