@@ -215,12 +215,22 @@ def load_previous(path, quick):
 def render(results, quick, machine_rows, loaded, started):
     """The Markdown report."""
     mode = "quick (`--quick`)" if quick else "full"
+    # Loaded if the machine was busy at the start or around any script.
+    half = 0.5 * (os.cpu_count() or 1)
+    loaded = loaded or any(
+        float(r[key].split(" / ")[0]) > half
+        for r in results
+        for key in ("load_before", "load_after")
+        if r[key] != "n/a"
+    )
     lines = [
         "# Benchmark results",
         "",
         "Written by `python -m benchmarks"
         + (" --quick" if quick else "")
-        + f"` ({mode} mode), started {started} UTC.  Every script compares one "
+        + f"` ({mode} mode), last invocation started {started} UTC (each "
+        "script's own start time and commit are in the summary).  Every script "
+        "compares one "
         "estimator with its scikit-learn peers on the same data in one process; "
         "its own table follows verbatim, with its columns explained in its "
         "description.",
@@ -228,8 +238,8 @@ def render(results, quick, machine_rows, loaded, started):
     ]
     if loaded:
         lines += [
-            "**The machine was loaded** (load average above half the cores at the "
-            "start, see the load before and after each script): other jobs shared "
+            "**The machine was loaded** (1-min load average above half the cores "
+            "at the start or around a script, see the summary): other jobs shared "
             "the cores, so absolute times are inflated and noisy.  The ratios, "
             "measured side by side in one process, are the meaningful numbers.",
             "",
