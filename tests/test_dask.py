@@ -4,10 +4,10 @@ The restarts, chains and one-vs-rest problems go through joblib; with
 ``joblib.parallel_config(backend="dask")`` they run on a ``dask.distributed``
 cluster, here a small ``LocalCluster`` on the loopback interface (one worker,
 two threads, messages over TCP).  Seeds are drawn before dispatch, so each fit
-must equal the local sequential fit.  "Equal" is to 1e-12 relative: results
-are usually bitwise identical, but a run under pytest once showed one
-one-vs-rest problem differing in the last bits (7.8e-15), which the same code
-outside pytest did not reproduce, so the tests allow rounding, nothing more.
+must equal the local sequential fit bit for bit.  (Small problems run on one
+BLAS thread, ``_parallel.single_blas_thread_if_small``; before that, two
+contended OpenBLAS threads once gave a one-vs-rest problem that differed in
+the last bits, 7.8e-15.)
 Skipped only when the ``distributed`` extra is not installed.
 """
 
@@ -46,7 +46,7 @@ def client():
 
 
 def _same(actual, desired):
-    np.testing.assert_allclose(actual, desired, rtol=1e-12, atol=1e-13)
+    np.testing.assert_array_equal(actual, desired)
 
 
 def _on_dask(make_estimator, X, y):
