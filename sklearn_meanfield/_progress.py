@@ -12,8 +12,13 @@ import time
 from contextlib import contextmanager
 
 try:  # scikit-learn >= 1.9
+    from sklearn.callback import CallbackSupportMixin
     from sklearn.callback._callback_support import callback_management_context
 except ImportError:  # pragma: no cover - older scikit-learn
+
+    class CallbackSupportMixin:
+        """Stand-in without callbacks for scikit-learn before 1.9."""
+
     callback_management_context = None
 
 __all__ = ["ProgressReporter", "fit_progress"]

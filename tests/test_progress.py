@@ -223,3 +223,42 @@ def test_fit_progress_drives_sklearn_callbacks(capsys):
     # Without callbacks the same fit only prints.
     Toy(n_steps=2, verbose=1).fit(np.zeros((2, 1)))
     assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+class _StopAfter(_Recorder):
+    """Records like _Recorder and asks the fit to stop after n epochs."""
+
+    def __init__(self, n_epochs):
+        super().__init__()
+        self.n_epochs = n_epochs
+
+    def on_fit_task_end(self, estimator, context):
+        super().on_fit_task_end(estimator, context)
+        return context.task_name == "epoch" and context.task_id + 1 >= self.n_epochs
+
+
+def test_bethe_rbm_epochs_drive_sklearn_callbacks():
+    pytest.importorskip("sklearn.callback")
+    X = (np.random.RandomState(0).uniform(size=(30, 6)) < 0.5).astype(float)
+    recorder = _Recorder()
+    BetheRBM(n_components=3, n_iter=3, random_state=0).set_callbacks(recorder).fit(X)
+    assert recorder.events == [
+        ("setup", "fit"),
+        ("begin", "fit", 0),
+        ("begin", "epoch", 0),
+        ("end", "epoch", 0),
+        ("begin", "epoch", 1),
+        ("end", "epoch", 1),
+        ("begin", "epoch", 2),
+        ("end", "epoch", 2),
+        ("end", "fit", 0),
+        ("teardown", "fit"),
+    ]
+    # A callback that stops after two epochs gives exactly the two-epoch model.
+    stopped = BetheRBM(n_components=3, n_iter=5, random_state=0)
+    stopped.set_callbacks(_StopAfter(2)).fit(X)
+    two_epochs = BetheRBM(n_components=3, n_iter=2, random_state=0).fit(X)
+    np.testing.assert_array_equal(stopped.components_, two_epochs.components_)
+    np.testing.assert_array_equal(
+        stopped.intercept_hidden_, two_epochs.intercept_hidden_
+    )

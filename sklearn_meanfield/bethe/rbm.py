@@ -19,7 +19,7 @@ from sklearn.utils.extmath import safe_sparse_dot
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import atomic_fit
-from .._progress import ProgressReporter
+from .._progress import CallbackSupportMixin, fit_progress
 from ._exact import free_energy
 from ._learning import bethe_training_epoch
 from ._message_passing import METHODS, bethe_solve, stability
@@ -45,7 +45,12 @@ def _check_unit_interval(X, name="X"):
         )
 
 
-class BetheRBM(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class BetheRBM(
+    CallbackSupportMixin,
+    ClassNamePrefixFeaturesOutMixin,
+    TransformerMixin,
+    BaseEstimator,
+):
     """Bernoulli RBM learned and scored with the Bethe approximation.
 
     A drop-in for :class:`sklearn.neural_network.BernoulliRBM` (same
@@ -68,7 +73,10 @@ class BetheRBM(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         Number of passes (epochs) over the training data.
     verbose : int, default=0
         0 is silent; 1 prints, per epoch, the Bethe estimate of the mean
-        log-likelihood of the training data and the stability factor.
+        log-likelihood of the training data and the stability factor.  With
+        scikit-learn >= 1.9, ``set_callbacks`` (e.g. ``sklearn.callback.
+        ProgressBar()``) also follows the epochs, and a callback may stop the
+        training early.
     random_state : int, RandomState instance or None, default=None
         Initial weights and the sampling of :meth:`gibbs`.  Training itself
         is deterministic.
@@ -392,27 +400,28 @@ class BetheRBM(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         batch_slices = list(
             gen_even_slices(n_batches * self.batch_size, n_batches, n_samples=n_samples)
         )
-        reporter = ProgressReporter(self.verbose, type(self).__name__)
-        for epoch in range(1, self.n_iter + 1):
-            self._run_epoch(X, batch_slices)
-            if reporter.enabled(1):
-                solution = self._solve()
-                self.messages_ = solution.messages
-                log_lik = -self._free_energy(X).mean() - solution.log_z
-                lam = stability(
-                    self.components_,
-                    self.intercept_visible_,
-                    self.intercept_hidden_,
-                    solution.messages,
-                    method=self.method,
-                )
-                reporter(
-                    1,
-                    "epoch %d, Bethe log-likelihood %.3f, stability %.3f",
-                    epoch,
-                    log_lik,
-                    lam,
-                )
+        # With scikit-learn callbacks set (set_callbacks, sklearn >= 1.9) every
+        # epoch is a subtask; a callback may stop the training early.
+        with fit_progress(self, self.verbose, max_steps=self.n_iter, X=X) as reporter:
+            for epoch in range(1, self.n_iter + 1):
+                self._run_epoch(X, batch_slices)
+                if reporter.enabled(1):
+                    solution = self._solve()
+                    self.messages_ = solution.messages
+                    log_lik = -self._free_energy(X).mean() - solution.log_z
+                    lam = stability(
+                        self.components_,
+                        self.intercept_visible_,
+                        self.intercept_hidden_,
+                        solution.messages,
+                        method=self.method,
+                    )
+                    message = "epoch %d, Bethe log-likelihood %.3f, stability %.3f"
+                    args = (epoch, log_lik, lam)
+                else:
+                    message, args = "epoch %d", (epoch,)
+                if reporter.step(1, message, *args, task_name="epoch"):
+                    break
         self._finish()
         return self
 

@@ -141,7 +141,9 @@ def run_chains(
     """
     rng = ChainRandom(seeds)
     n_chains = len(seeds)
-    chain_ids = list(range(n_chains)) if chain_ids is None else list(chain_ids)
+    chain_ids = (
+        list(range(n_chains)) if chain_ids is None else [int(i) for i in chain_ids]
+    )
     reporter = ProgressReporter(verbose, f"HMCNetworkRegressor chains {chain_ids}")
     n_train = X.shape[0]
     X_sq_sum = np.sum(X**2, axis=0)
