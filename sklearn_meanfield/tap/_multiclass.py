@@ -1,8 +1,53 @@
 """One-vs-rest plumbing shared by the TAP classifiers."""
 
 import numpy as np
+from sklearn.utils.multiclass import check_classification_targets
 
-__all__ = ["leave_one_out", "one_vs_rest_targets", "positive_to_proba"]
+__all__ = [
+    "encode_classes",
+    "leave_one_out",
+    "one_vs_rest_targets",
+    "positive_to_proba",
+]
+
+
+def encode_classes(y, estimator_name):
+    """Sorted class labels and each sample's class index; refuse one class.
+
+    Parameters
+    ----------
+    y : ndarray of shape (n_samples,)
+        Validated target labels.
+    estimator_name : str
+        Named in the error message.
+
+    Returns
+    -------
+    classes : ndarray of shape (n_classes,)
+    y_index : ndarray of shape (n_samples,)
+        Index of each sample's label into ``classes``.
+
+    Raises
+    ------
+    ValueError
+        If ``y`` holds fewer than two classes: there is nothing to classify.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.tap._multiclass import encode_classes
+    >>> classes, y_index = encode_classes(np.array(["b", "a", "b"]), "Demo")
+    >>> classes.tolist(), y_index.tolist()
+    (['a', 'b'], [1, 0, 1])
+    """
+    check_classification_targets(y)
+    classes, y_index = np.unique(y, return_inverse=True)
+    if len(classes) < 2:
+        raise ValueError(
+            f"{estimator_name} needs samples of at least 2 classes in the data, "
+            f"but the data contains only one class: {classes[0]!r}."
+        )
+    return classes, y_index
 
 
 def one_vs_rest_targets(y_index, n_classes):

@@ -12,7 +12,6 @@ from sklearn.gaussian_process.kernels import RBF, CompoundKernel, Kernel
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import atomic_fit
@@ -31,7 +30,12 @@ from ._core import (
     mean_field_iteration,
 )
 from ._likelihoods import make_likelihood
-from ._multiclass import leave_one_out, one_vs_rest_targets, positive_to_proba
+from ._multiclass import (
+    encode_classes,
+    leave_one_out,
+    one_vs_rest_targets,
+    positive_to_proba,
+)
 
 __all__ = ["TAPGaussianProcessClassifier"]
 
@@ -486,15 +490,8 @@ class TAPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
             memory; the message gives the size.
         """
         X, y = validate_data(self, X, y, **self._validation_kwargs())
-        check_classification_targets(y)
-        self.classes_, y_index = np.unique(y, return_inverse=True)
+        self.classes_, y_index = encode_classes(y, type(self).__name__)
         n_classes = len(self.classes_)
-        if n_classes < 2:
-            raise ValueError(
-                "TAPGaussianProcessClassifier needs samples of at least 2 "
-                f"classes in the data, but the data contains only one class: "
-                f"{self.classes_[0]!r}."
-            )
         kernel = self._base_kernel()
         check_kernel_memory(X.shape[0], kernel.n_dims)
         rng = check_random_state(self.random_state)

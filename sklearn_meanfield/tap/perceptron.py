@@ -9,7 +9,6 @@ from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import atomic_fit
@@ -30,7 +29,12 @@ from ._core import (
     mean_field_iteration,
 )
 from ._likelihoods import NoisyStepLikelihood
-from ._multiclass import leave_one_out, one_vs_rest_targets, positive_to_proba
+from ._multiclass import (
+    encode_classes,
+    leave_one_out,
+    one_vs_rest_targets,
+    positive_to_proba,
+)
 
 __all__ = ["TAPPerceptronClassifier"]
 
@@ -487,15 +491,8 @@ class TAPPerceptronClassifier(ClassifierMixin, BaseEstimator):
             if ``X`` or ``y`` is invalid (NaN, infinity, wrong shape).
         """
         X, y = validate_data(self, X, y, dtype=np.float64)
-        check_classification_targets(y)
-        self.classes_, y_index = np.unique(y, return_inverse=True)
+        self.classes_, y_index = encode_classes(y, type(self).__name__)
         n_classes = len(self.classes_)
-        if n_classes < 2:
-            raise ValueError(
-                "TAPPerceptronClassifier needs samples of at least 2 classes in "
-                f"the data, but the data contains only one class: "
-                f"{self.classes_[0]!r}."
-            )
         rng = check_random_state(self.random_state)
         Phi = self._design(X)
         n_samples, n_weights = Phi.shape
