@@ -12,7 +12,7 @@ import inspect
 import numpy as np
 import pytest
 from sklearn.base import BaseEstimator, clone, is_classifier, is_regressor
-from sklearn.datasets import make_classification, make_friedman1
+from sklearn.datasets import load_digits, make_classification, make_friedman1
 from sklearn.model_selection import (
     GridSearchCV,
     KFold,
@@ -150,6 +150,19 @@ def test_exports_are_exactly_the_estimators_and_version():
 )
 def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)
+
+
+def small_data(estimator):
+    """A small data set that suits the estimator: (X, y), y None if unsupervised."""
+    if is_classifier(estimator):
+        return make_classification(
+            n_samples=60, n_features=4, n_informative=3, n_redundant=0, random_state=0
+        )
+    if is_regressor(estimator):
+        return make_friedman1(n_samples=50, n_features=5, noise=0.3, random_state=0)
+    # Unsupervised (BetheRBM): binary data in [0, 1].
+    X, _ = load_digits(return_X_y=True)
+    return (X[:60, ::4] > 7).astype(float), None
 
 
 def _data(estimator, n_samples=60, multi_output=False):

@@ -13,10 +13,10 @@ import warnings
 
 import numpy as np
 import pytest
-from sklearn.base import clone, is_classifier, is_regressor
-from sklearn.datasets import load_digits, make_classification, make_friedman1
+from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from test_common import FAST_PARAMS, public_estimator_classes
+from test_common import small_data as _data
 
 from sklearn_meanfield import (
     BetheRBM,
@@ -48,17 +48,6 @@ def _instance(cls, verbose):
     if "n_jobs" in est.get_params():
         extra["n_jobs"] = 1  # everything in this process, where capsys sees it
     return est.set_params(**extra)
-
-
-def _data(estimator):
-    if is_classifier(estimator):
-        return make_classification(
-            n_samples=60, n_features=4, n_informative=3, n_redundant=0, random_state=0
-        )
-    if is_regressor(estimator):
-        return make_friedman1(n_samples=50, n_features=5, noise=0.3, random_state=0)
-    X, _ = load_digits(return_X_y=True)
-    return (X[:60, ::4] > 7).astype(float), None
 
 
 @pytest.fixture
