@@ -152,6 +152,52 @@ def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)
 
 
+def fit_estimator(estimator, X, y):
+    """``fit(X)`` for a transformer (``y`` None), else ``fit(X, y)``."""
+    return estimator.fit(X) if y is None else estimator.fit(X, y)
+
+
+def prediction_outputs(estimator, X):
+    """Everything a fitted estimator predicts for X, by method name.
+
+    Classifier labels stay labels; every other output is a float array.
+    Regressors add ``predict_std`` (``predict(X, return_std=True)``).
+    """
+    outputs = {}
+    for method in ("predict", "predict_proba", "decision_function", "transform"):
+        if hasattr(estimator, method):
+            value = getattr(estimator, method)(X)
+            if not (method == "predict" and is_classifier(estimator)):
+                value = np.asarray(value, dtype=float)
+            outputs[method] = value
+    if is_regressor(estimator):
+        _, std = estimator.predict(X, return_std=True)
+        outputs["predict_std"] = np.asarray(std, dtype=float)
+    return outputs
+
+
+def assert_sane_outputs(estimator, X):
+    """Finite outputs, labels among ``classes_``, probability rows summing to 1.
+
+    Returns the outputs (:func:`prediction_outputs`).
+    """
+    outputs = prediction_outputs(estimator, X)
+    for name, value in outputs.items():
+        if name == "predict" and is_classifier(estimator):
+            assert set(value) <= set(estimator.classes_)
+        else:
+            assert np.all(np.isfinite(value)), f"{name} is not finite"
+    if "predict_proba" in outputs:
+        proba = outputs["predict_proba"]
+        assert np.all((proba >= 0) & (proba <= 1))
+        np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+    if "predict_std" in outputs:
+        assert np.all(outputs["predict_std"] > 0)
+    if is_classifier(estimator) or is_regressor(estimator):
+        assert np.isfinite(estimator.loo_error_)
+    return outputs
+
+
 def small_data(estimator):
     """A small data set that suits the estimator: (X, y), y None if unsupervised."""
     if is_classifier(estimator):

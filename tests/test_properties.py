@@ -15,9 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from joblib import parallel_config
-from sklearn.base import clone, is_classifier, is_regressor
+from sklearn.base import clone, is_classifier
 from sklearn.exceptions import ConvergenceWarning
-from test_common import ESTIMATORS, _ids
+from test_common import (
+    ESTIMATORS,
+    _ids,
+    assert_sane_outputs,
+    fit_estimator,
+    prediction_outputs,
+)
 
 UNIT_INTERVAL = {"BetheRBM"}
 
@@ -64,28 +70,11 @@ def data_sets(draw, estimator):
     return X, y
 
 
-def _fit(estimator, X, y):
-    return estimator.fit(X) if y is None else estimator.fit(X, y)
-
-
-def _outputs(estimator, X):
-    outputs = {}
-    if is_classifier(estimator):
-        outputs["predict_proba"] = estimator.predict_proba(X)
-        outputs["predict"] = estimator.predict(X)
-    elif is_regressor(estimator):
-        mean, std = estimator.predict(X, return_std=True)
-        outputs["predict"], outputs["predict_std"] = mean, std
-    else:
-        outputs["transform"] = estimator.transform(X)
-    return outputs
-
-
 def _fit_or_documented_error(estimator, X, y):
     """Fitted estimator, or None when the fit raised the documented error."""
     n_classes = len(np.unique(y)) if is_classifier(estimator) else None
     try:
-        return _fit(estimator, X, y)
+        return fit_estimator(estimator, X, y)
     except ValueError as error:
         message = str(error)
         # The documented refusals: one class for a classifier.
@@ -102,26 +91,16 @@ def _run_property_check(estimator, X, y):
         fitted = _fit_or_documented_error(clone(estimator), X, y)
         if fitted is None:
             return
-        outputs = _outputs(fitted, X)
-        for name, value in outputs.items():
-            if name != "predict" or not is_classifier(fitted):
-                assert np.all(np.isfinite(value)), name
-        if "predict_proba" in outputs:
-            proba = outputs["predict_proba"]
-            assert np.all((proba >= 0) & (proba <= 1))
-            np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
-            assert set(outputs["predict"]) <= set(fitted.classes_)
-        if is_classifier(fitted) or is_regressor(fitted):
-            assert np.isfinite(fitted.loo_error_)
+        outputs = assert_sane_outputs(fitted, X)
 
         # Deterministic for a fixed random_state, whatever n_jobs is.
-        refit = _fit(clone(estimator), X, y)
-        for name, value in _outputs(refit, X).items():
+        refit = fit_estimator(clone(estimator), X, y)
+        for name, value in prediction_outputs(refit, X).items():
             np.testing.assert_array_equal(value, outputs[name], err_msg=name)
         if "n_jobs" in estimator.get_params():
             with parallel_config(backend="threading"):
-                parallel = _fit(clone(estimator).set_params(n_jobs=2), X, y)
-            for name, value in _outputs(parallel, X).items():
+                parallel = fit_estimator(clone(estimator).set_params(n_jobs=2), X, y)
+            for name, value in prediction_outputs(parallel, X).items():
                 np.testing.assert_allclose(
                     value, outputs[name], rtol=1e-10, atol=1e-12, err_msg=name
                 )

@@ -17,7 +17,13 @@ import scipy.sparse as sp
 from sklearn.base import clone, is_classifier, is_regressor
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.utils.validation import check_is_fitted
-from test_common import ESTIMATORS, _ids
+from test_common import (
+    ESTIMATORS,
+    _ids,
+    assert_sane_outputs,
+    fit_estimator,
+    prediction_outputs,
+)
 
 import sklearn_meanfield
 
@@ -42,42 +48,6 @@ def _valid_data(estimator, n_samples=30, n_features=4, seed=0):
         return X, y
     y = np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.1 * rng.normal(size=n_samples)
     return X, y
-
-
-def _fit(estimator, X, y):
-    if y is None:
-        return estimator.fit(X)
-    return estimator.fit(X, y)
-
-
-def _outputs(estimator, X):
-    """Everything a fitted estimator predicts for X, as float arrays."""
-    outputs = {}
-    for method in ("predict", "predict_proba", "decision_function", "transform"):
-        if hasattr(estimator, method):
-            value = getattr(estimator, method)(X)
-            if method == "predict" and is_classifier(estimator):
-                continue
-            outputs[method] = np.asarray(value, dtype=float)
-    if is_regressor(estimator):
-        _, std = estimator.predict(X, return_std=True)
-        outputs["predict_std"] = np.asarray(std, dtype=float)
-    return outputs
-
-
-def _assert_sane_outputs(estimator, X):
-    outputs = _outputs(estimator, X)
-    for name, value in outputs.items():
-        assert np.all(np.isfinite(value)), f"{name} is not finite"
-    if "predict_proba" in outputs:
-        proba = outputs["predict_proba"]
-        assert np.all((proba >= 0) & (proba <= 1))
-        np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
-    if "predict_std" in outputs:
-        assert np.all(outputs["predict_std"] > 0)
-    if _is_supervised(estimator):
-        assert np.isfinite(estimator.loo_error_)
-    return outputs
 
 
 # ---------------------------------------------------------------- bad input
@@ -128,7 +98,7 @@ BAD_INPUT_CASES = [
 @pytest.mark.parametrize("estimator, X, y, error, phrase", BAD_INPUT_CASES)
 def test_bad_input_raises_a_clear_error(estimator, X, y, error, phrase):
     with pytest.raises(error) as excinfo:
-        _fit(clone(estimator), X, y)
+        fit_estimator(clone(estimator), X, y)
     assert phrase.lower() in str(excinfo.value).lower(), str(excinfo.value)
 
 
@@ -137,19 +107,21 @@ def test_sparse_input_is_supported_or_refused_by_tag(estimator):
     X, y = _valid_data(estimator)
     X_sparse = sp.csr_matrix(X)
     if estimator.__sklearn_tags__().input_tags.sparse:
-        dense = _fit(clone(estimator), X, y)
-        sparse = _fit(clone(estimator), X_sparse, y)
-        for name, value in _outputs(dense, X).items():
-            np.testing.assert_allclose(_outputs(sparse, X_sparse)[name], value)
+        dense = fit_estimator(clone(estimator), X, y)
+        sparse = fit_estimator(clone(estimator), X_sparse, y)
+        for name, value in prediction_outputs(dense, X).items():
+            np.testing.assert_allclose(
+                prediction_outputs(sparse, X_sparse)[name], value
+            )
     else:
         with pytest.raises(TypeError, match="[Ss]parse"):
-            _fit(clone(estimator), X_sparse, y)
+            fit_estimator(clone(estimator), X_sparse, y)
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS, ids=_ids)
 def test_bad_input_at_predict_time(estimator):
     X, y = _valid_data(estimator)
-    fitted = _fit(clone(estimator), X, y)
+    fitted = fit_estimator(clone(estimator), X, y)
     method = "transform" if not _is_supervised(fitted) else "predict"
     with pytest.raises(ValueError, match="features"):
         getattr(fitted, method)(X[:, :-1])
@@ -239,14 +211,14 @@ def test_extreme_data_gives_finite_outputs_without_warnings(estimator, case):
     X, y = _extreme_data(estimator, case)
     if case == "huge_scale" and type(estimator).__name__ in UNIT_INTERVAL:
         with pytest.raises(ValueError, match=r"\[0, 1\]"):
-            _fit(clone(estimator), X, y)
+            fit_estimator(clone(estimator), X, y)
         return
     with warnings.catch_warnings():
         # Overflow, invalid values or divisions by zero must not leak out.
         warnings.simplefilter("error", RuntimeWarning)
         warnings.simplefilter("ignore", ConvergenceWarning)
-        fitted = _fit(clone(estimator), X, y)
-        _assert_sane_outputs(fitted, X)
+        fitted = fit_estimator(clone(estimator), X, y)
+        assert_sane_outputs(fitted, X)
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS, ids=_ids)
@@ -259,8 +231,8 @@ def test_rescaling_inputs_does_not_change_a_scale_free_fit(estimator):
         "EnsembleLearningRegressor",
     }:
         pytest.skip("this estimator's prior is stated in the input's own scale")
-    base = _outputs(_fit(clone(estimator), X, y), X)
-    scaled = _outputs(_fit(clone(estimator), X * 1e6, y), X * 1e6)
+    base = prediction_outputs(fit_estimator(clone(estimator), X, y), X)
+    scaled = prediction_outputs(fit_estimator(clone(estimator), X * 1e6, y), X * 1e6)
     for name in base:
         np.testing.assert_allclose(scaled[name], base[name], rtol=1e-5, atol=1e-8)
 
@@ -337,10 +309,10 @@ def test_non_convergence_warns_and_still_predicts(path, monkeypatch):
     estimator = clone(_ESTIMATORS_BY_NAME[name]).set_params(**params)
     X, y = _valid_data(estimator, n_samples=40)
     with pytest.warns(ConvergenceWarning) as record:
-        _fit(estimator, X, y)
+        fit_estimator(estimator, X, y)
     messages = " ".join(str(w.message) for w in record)
     assert phrase.lower() in messages.lower(), messages
-    _assert_sane_outputs(estimator, X)
+    assert_sane_outputs(estimator, X)
 
 
 def test_every_estimator_has_a_non_convergence_path():
@@ -372,7 +344,7 @@ def _count_package_calls(estimator, X, y):
     counter = _InterruptAfter(n_calls=-1)
     sys.settrace(counter)
     try:
-        _fit(estimator, X, y)
+        fit_estimator(estimator, X, y)
     finally:
         sys.settrace(None)
     return counter.count
@@ -396,13 +368,13 @@ def test_interrupted_fit_leaves_estimator_unfitted(estimator):
             sys.settrace(_InterruptAfter(n))
             try:
                 with pytest.raises(KeyboardInterrupt):
-                    _fit(interrupted, X, y)
+                    fit_estimator(interrupted, X, y)
             finally:
                 sys.settrace(None)
             with pytest.raises(NotFittedError):
                 check_is_fitted(interrupted)
             # And the estimator is usable afterwards: a plain refit works.
-            _assert_sane_outputs(_fit(interrupted, X, y), X)
+            assert_sane_outputs(fit_estimator(interrupted, X, y), X)
 
 
 # ------------------------------------------------------------------ memory
@@ -443,7 +415,7 @@ def test_perceptron_on_a_hundred_thousand_samples():
         estimator = sklearn_meanfield.TAPPerceptronClassifier(
             label_noise=0.05, random_state=0
         ).fit(X, y)
-        _assert_sane_outputs(estimator, X_test[:1000])
+        assert_sane_outputs(estimator, X_test[:1000])
         test_error = 1.0 - estimator.score(X_test, y_test)
     # The label noise alone costs 0.05; the estimation error at alpha = 2000
     # is a few thousandths.
