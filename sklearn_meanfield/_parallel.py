@@ -18,7 +18,7 @@ import numpy as np
 from joblib import cpu_count, effective_n_jobs
 from sklearn.utils import check_random_state
 from sklearn.utils.parallel import Parallel, delayed
-from threadpoolctl import ThreadpoolController, threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 __all__ = [
     "blas_threads_per_worker",
@@ -40,7 +40,8 @@ SMALL_MATRIX_MAX_SIDE = 512
 
 @lru_cache(maxsize=1)
 def _threadpool_controller():
-    # Built once: a fresh threadpool_limits scans the loaded libraries (2-17 ms).
+    # Built once and shared: a fresh threadpool_limits scans the loaded
+    # libraries (2-17 ms) on every call.
     return ThreadpoolController()
 
 
@@ -144,7 +145,9 @@ def _call_with_blas_limit(function, n_workers, args, kwargs):
     # shared with that process, whose limit ``_dispatch`` has already set, and
     # threadpoolctl lets only one thread (the dispatcher) change it: this call
     # then changes nothing.  Per-thread layers (OpenMP) take the limit here.
-    with threadpool_limits(limits=blas_threads_per_worker(n_workers), user_api="blas"):
+    with _threadpool_controller().limit(
+        limits=blas_threads_per_worker(n_workers), user_api="blas"
+    ):
         return function(*args, **kwargs)
 
 
@@ -168,7 +171,9 @@ def _dispatch(function, calls, *, n_jobs, verbose, prefer):
         return parallel(delayed(function)(*args, **kwargs) for args, kwargs in calls)
     # Thread-based workers share this process's BLAS pool: limit it here, for
     # the whole run; process-based workers limit their own in the worker.
-    with threadpool_limits(limits=blas_threads_per_worker(n_workers), user_api="blas"):
+    with _threadpool_controller().limit(
+        limits=blas_threads_per_worker(n_workers), user_api="blas"
+    ):
         return parallel(
             delayed(_call_with_blas_limit)(function, n_workers, args, kwargs)
             for args, kwargs in calls

@@ -208,7 +208,7 @@ def _optimize_from(initial_theta, X, t, kernel, config):
 
 def _fit_binary(X, t, kernel, config, seed, n_jobs):
     """Fit one binary problem, on one BLAS thread when the kernel is small."""
-    with single_blas_thread_if_small(X.shape[0] if hasattr(X, "shape") else len(X)):
+    with single_blas_thread_if_small(len(X)):
         return _fit_binary_on_current_threads(X, t, kernel, config, seed, n_jobs)
 
 
