@@ -138,13 +138,56 @@ def blas_threads_per_worker(n_workers, n_cpus=None):
     return max(1, int(n_cpus) // max(1, int(n_workers)))
 
 
-def _call_with_blas_limit(function, n_workers, args, kwargs):
-    # Runs inside the worker, so the core count is that of the worker's
-    # machine.  In a worker *process* this sets the process's limit.  In a
-    # worker *thread* of the dispatching process, OpenBLAS's pthreads pool is
-    # shared with that process, whose limit ``_dispatch`` has already set, and
-    # threadpoolctl lets only one thread (the dispatcher) change it: this call
-    # then changes nothing.  Per-thread layers (OpenMP) take the limit here.
+# How deep ``_realigned`` looks into containers and objects for arrays.
+_REALIGN_DEPTH = 4
+
+
+def _realigned(value, depth=_REALIGN_DEPTH):
+    """``value`` with every misaligned ndarray in it replaced by an aligned copy.
+
+    Distributed backends (Dask, Ray) rebuild arrays as views into the message
+    they arrived in, at whatever byte offset the array had there: seen here,
+    float64 data at addresses 15 and 31 mod 64.  NumPy does not hand
+    misaligned arrays to BLAS; its own loops add in another order, so a task
+    would differ from the same task run locally in the last bits (7.8e-15 in a
+    perceptron's weights), and a converging iteration can amplify that.
+    Aligned arrays, the only kind a local run ever sees, are returned as they
+    are, without a copy.  Tuples, lists, dicts and the attributes of plain
+    objects are searched ``depth`` levels deep; objects whose attributes hold
+    misaligned arrays (fresh copies in the worker) are updated in place.
+    """
+    if isinstance(value, np.ndarray):
+        if value.flags.aligned:
+            return value
+        return np.require(value, requirements="A")
+    if depth == 0:
+        return value
+    if isinstance(value, tuple):
+        return tuple(_realigned(item, depth - 1) for item in value)
+    if isinstance(value, list):
+        return [_realigned(item, depth - 1) for item in value]
+    if isinstance(value, dict):
+        return {key: _realigned(item, depth - 1) for key, item in value.items()}
+    attributes = getattr(value, "__dict__", None)
+    if isinstance(attributes, dict) and not isinstance(value, type):
+        for name, item in attributes.items():
+            aligned = _realigned(item, depth - 1)
+            if aligned is not item:
+                attributes[name] = aligned
+    return value
+
+
+def _run_task(function, n_workers, args, kwargs):
+    # Runs inside the worker.  Arrays that travelled are realigned first.
+    args, kwargs = _realigned(args), _realigned(kwargs)
+    if n_workers == 1:
+        return function(*args, **kwargs)
+    # The core count is that of the worker's machine.  In a worker *process*
+    # this sets the process's limit.  In a worker *thread* of the dispatching
+    # process, OpenBLAS's pthreads pool is shared with that process, whose
+    # limit ``_dispatch`` has already set, and threadpoolctl lets only one
+    # thread (the dispatcher) change it: this call then changes nothing.
+    # Per-thread layers (OpenMP) take the limit here.
     with _threadpool_controller().limit(
         limits=blas_threads_per_worker(n_workers), user_api="blas"
     ):
@@ -165,19 +208,19 @@ def _dispatch(function, calls, *, n_jobs, verbose, prefer):
     calls = list(calls)
     parallel = Parallel(n_jobs=n_jobs, verbose=verbose, prefer=prefer)
     n_workers = _concurrency(parallel, n_jobs, len(calls))
+    tasks = (
+        delayed(_run_task)(function, n_workers, args, kwargs) for args, kwargs in calls
+    )
     if n_workers == 1:
         # One task at a time (in this process or a single worker): leave the
         # BLAS threads alone.
-        return parallel(delayed(function)(*args, **kwargs) for args, kwargs in calls)
+        return parallel(tasks)
     # Thread-based workers share this process's BLAS pool: limit it here, for
     # the whole run; process-based workers limit their own in the worker.
     with _threadpool_controller().limit(
         limits=blas_threads_per_worker(n_workers), user_api="blas"
     ):
-        return parallel(
-            delayed(_call_with_blas_limit)(function, n_workers, args, kwargs)
-            for args, kwargs in calls
-        )
+        return parallel(tasks)
 
 
 def run_parallel(function, tasks, *, n_jobs=None, verbose=0, prefer=None):

@@ -4,10 +4,10 @@ The restarts, chains and one-vs-rest problems go through joblib; with
 ``joblib.parallel_config(backend="dask")`` they run on a ``dask.distributed``
 cluster, here a small ``LocalCluster`` on the loopback interface (one worker,
 two threads, messages over TCP).  Seeds are drawn before dispatch, so each fit
-must equal the local sequential fit bit for bit.  (Small problems run on one
-BLAS thread, ``_parallel.single_blas_thread_if_small``; before that, two
-contended OpenBLAS threads once gave a one-vs-rest problem that differed in
-the last bits, 7.8e-15.)
+must equal the local sequential fit bit for bit.  (Dask hands a task its
+arrays at arbitrary byte offsets, and NumPy's loops for misaligned arrays sum
+in another order than BLAS: before ``_parallel`` realigned them, about half
+the runs gave a one-vs-rest perceptron that differed in the last bits, 7.8e-15.)
 Skipped only when the ``distributed`` extra is not installed.
 """
 

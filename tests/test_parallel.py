@@ -119,3 +119,53 @@ def test_blas_threads_per_worker_shares_cores():
     assert blas_threads_per_worker(3, n_cpus=8) == 2
     assert blas_threads_per_worker(9, n_cpus=8) == 1
     assert blas_threads_per_worker(2) == max(1, cpu_count() // 2)
+
+
+def _misaligned_copy(array):
+    # The data one byte past an aligned address, as a distributed backend may
+    # hand it over from the middle of a message.
+    buffer = np.zeros(array.nbytes + 1, dtype=np.uint8)
+    view = buffer[1:].view(array.dtype).reshape(array.shape)
+    view[...] = array
+    assert not view.flags.aligned
+    return view
+
+
+class _Holder:
+    def __init__(self, matrix):
+        self.matrix = matrix
+
+
+def _alignment_report(matrix, nested, holder, seed):
+    return (
+        matrix.flags.aligned,
+        nested["inner"][0].flags.aligned,
+        holder.matrix.flags.aligned,
+        float(matrix.sum() + nested["inner"][0].sum() + holder.matrix.sum()),
+    )
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_tasks_receive_aligned_arrays(n_jobs):
+    # Distributed backends rebuild arrays at arbitrary byte offsets; NumPy
+    # does not pass misaligned arrays to BLAS, and its own loops sum in
+    # another order.  Every task gets aligned copies with the same values.
+    matrix = np.arange(12.0).reshape(4, 3)
+    args = (
+        _misaligned_copy(matrix),
+        {"inner": [_misaligned_copy(matrix)]},
+        _Holder(_misaligned_copy(matrix)),
+    )
+    with parallel_config(backend="threading"):
+        reports = run_restarts(_alignment_report, 2, 0, args=args, n_jobs=n_jobs)
+    for report in reports:
+        assert report == (True, True, True, 3 * matrix.sum())
+
+
+def test_aligned_arrays_are_passed_without_a_copy():
+    from sklearn_meanfield._parallel import _realigned
+
+    matrix = np.ones((3, 3))
+    holder = _Holder(matrix)
+    args = _realigned((matrix, [matrix], holder))
+    assert args[0] is matrix and args[1][0] is matrix and holder.matrix is matrix
