@@ -5,6 +5,14 @@ scikit-learn 1.9) when it is available: an estimator that inherits
 ``sklearn.callback.CallbackSupportMixin`` and opens its reporter with
 :func:`fit_progress` gets ``set_callbacks`` support (progress bars, monitors)
 for every step it reports with :meth:`ProgressReporter.step`.
+
+Work that runs in joblib workers (chains, restarts, one-vs-rest problems)
+reports through a :class:`CallbackTask`: the dispatcher creates one subtask
+per unit of work with :meth:`CallbackTask.subtasks` and ships it with the work
+(it pickles); the worker runs the hooks.  scikit-learn's own callbacks send
+what they see in a worker back to the main process (``ProgressBar`` and
+``ScoringMonitor`` do), so a progress bar follows chains running in other
+processes.
 """
 
 import sys
@@ -21,7 +29,188 @@ except ImportError:  # pragma: no cover - older scikit-learn
 
     callback_management_context = None
 
-__all__ = ["ProgressReporter", "fit_progress"]
+__all__ = ["CallbackTask", "ProgressReporter", "fit_progress"]
+
+
+def _parameters_only(estimator):
+    """A copy of ``estimator`` holding its parameters and callbacks, no fit.
+
+    What a :class:`CallbackTask` ships to a worker: the hooks there get an
+    estimator of the right class and parameters without the arrays of an
+    earlier fit travelling with every task.
+    """
+    if estimator is None or not hasattr(estimator, "get_params"):
+        return estimator
+    light = type(estimator).__new__(type(estimator))
+    light.__dict__.update(
+        {name: getattr(estimator, name) for name in estimator.get_params(deep=False)}
+    )
+    if hasattr(estimator, "_skl_callbacks"):
+        light._skl_callbacks = estimator._skl_callbacks
+    return light
+
+
+class CallbackTask:
+    """One task of a fit's scikit-learn callback tree, or nothing.
+
+    Without callbacks (``context`` None) every method does nothing and
+    :meth:`step` returns False, so the fitting code calls them
+    unconditionally.  A task pickles: the dispatcher creates the subtasks of
+    its parallel units of work and passes them to the workers, which run the
+    hooks (the estimator travels as a copy of its parameters and callbacks).
+
+    Parameters
+    ----------
+    context : sklearn.callback.CallbackContext or None, default=None
+        The task's context; None when the fit has no callbacks.
+    estimator : estimator or None, default=None
+        The estimator being fitted, passed to the hooks.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield._progress import CallbackTask
+    >>> task = CallbackTask()  # a fit without callbacks
+    >>> [bool(t) for t in task.subtasks(2, "chain")]
+    [False, False]
+    >>> task.step("iteration")
+    False
+    """
+
+    def __init__(self, context=None, estimator=None):
+        self.context = context
+        self.estimator = estimator
+
+    def __bool__(self):
+        return self.context is not None
+
+    def __getstate__(self):
+        return {
+            "context": self.context,
+            "estimator": _parameters_only(self.estimator),
+        }
+
+    def subtask(self, task_name, max_steps=0):
+        """Create one subtask of this task (its hooks are not run yet).
+
+        Parameters
+        ----------
+        task_name : str
+            Name the callbacks see.
+        max_steps : int or None, default=0
+            Subtasks it will have (None: unknown, 0: a leaf).
+
+        Returns
+        -------
+        task : CallbackTask
+
+        Examples
+        --------
+        >>> from sklearn_meanfield._progress import CallbackTask
+        >>> bool(CallbackTask().subtask("restart", max_steps=10))
+        False
+        """
+        if self.context is None:
+            return self
+        return CallbackTask(
+            self.context.subcontext(task_name=task_name, max_subtasks=max_steps),
+            self.estimator,
+        )
+
+    def subtasks(self, n_tasks, task_name, max_steps=0):
+        """Create ``n_tasks`` subtasks at once, numbered 0, 1, ... in order.
+
+        Parameters
+        ----------
+        n_tasks : int
+            Number of subtasks (chains, restarts, problems).
+        task_name : str
+            Name the callbacks see.
+        max_steps : int or None, default=0
+            Subtasks each of them will have (None: unknown, 0: leaves).
+
+        Returns
+        -------
+        tasks : list of CallbackTask
+
+        Examples
+        --------
+        >>> from sklearn_meanfield._progress import CallbackTask
+        >>> len(CallbackTask().subtasks(3, "chain"))
+        3
+        """
+        return [self.subtask(task_name, max_steps) for _ in range(int(n_tasks))]
+
+    def begin(self, **data):
+        """Run the callbacks' ``on_fit_task_begin`` hooks of this task.
+
+        Parameters
+        ----------
+        **data : dict
+            ``X``, ``y``, ``metadata`` or ``reconstruction_attributes``, as in
+            ``sklearn.callback.CallbackContext.call_on_fit_task_begin``.
+
+        Returns
+        -------
+        task : CallbackTask
+            This task.
+
+        Examples
+        --------
+        >>> from sklearn_meanfield._progress import CallbackTask
+        >>> bool(CallbackTask().begin())
+        False
+        """
+        if self.context is not None:
+            self.context.call_on_fit_task_begin(estimator=self.estimator, **data)
+        return self
+
+    def end(self, **data):
+        """Run the callbacks' ``on_fit_task_end`` hooks of this task.
+
+        Parameters
+        ----------
+        **data : dict
+            As in :meth:`begin`.
+
+        Returns
+        -------
+        stop : bool
+            True when a callback asks to stop.
+
+        Examples
+        --------
+        >>> from sklearn_meanfield._progress import CallbackTask
+        >>> CallbackTask().end()
+        False
+        """
+        if self.context is None:
+            return False
+        return bool(self.context.call_on_fit_task_end(estimator=self.estimator, **data))
+
+    def step(self, task_name="step", **data):
+        """A finished leaf subtask: create it and run its begin and end hooks.
+
+        Parameters
+        ----------
+        task_name : str, default="step"
+            Name the callbacks see.
+        **data : dict
+            As in :meth:`begin`.
+
+        Returns
+        -------
+        stop : bool
+            True when a callback asks to stop.
+
+        Examples
+        --------
+        >>> from sklearn_meanfield._progress import CallbackTask
+        >>> CallbackTask().step("sweep")
+        False
+        """
+        if self.context is None:
+            return False
+        return self.subtask(task_name).begin(**data).end(**data)
 
 
 class ProgressReporter:
@@ -37,11 +226,15 @@ class ProgressReporter:
     stream : file-like or None, default=None
         Where to print; None means ``sys.stdout`` at the time of the call, so
         that pytest's ``capsys`` and notebooks capture it.
-    estimator : estimator or None, default=None
-        The estimator being fitted, passed to scikit-learn callbacks.
-    callback_context : sklearn.callback.CallbackContext or None, default=None
-        Context of the fit's task; each :meth:`step` becomes one of its
-        subtasks.  Set by :func:`fit_progress`.
+    task : CallbackTask or None, default=None
+        The scikit-learn callback task the reporter's steps belong to: each
+        :meth:`step` becomes one of its subtasks.  Set by
+        :func:`fit_progress`, or passed to workers.
+
+    Attributes
+    ----------
+    task : CallbackTask
+        The callback task (an empty one without callbacks).
 
     Examples
     --------
@@ -52,14 +245,11 @@ class ProgressReporter:
     >>> reporter(2, "not shown at verbose=1")
     """
 
-    def __init__(
-        self, verbose, prefix, stream=None, estimator=None, callback_context=None
-    ):
+    def __init__(self, verbose, prefix, stream=None, task=None):
         self.verbose = int(verbose or 0)
         self.prefix = prefix
         self.stream = stream
-        self.estimator = estimator
-        self.callback_context = callback_context
+        self.task = CallbackTask() if task is None else task
         self._start = time.perf_counter()
 
     def enabled(self, level=1):
@@ -96,8 +286,8 @@ class ProgressReporter:
         """Report one finished step (an epoch, a sweep, a chain iteration).
 
         The message is printed as by calling the reporter; when the fit has
-        scikit-learn callbacks, the step is also a subtask of the fit's task,
-        whose begin and end hooks run now.
+        scikit-learn callbacks, the step is also a subtask of the reporter's
+        task, whose begin and end hooks run now.
 
         Parameters
         ----------
@@ -123,11 +313,52 @@ class ProgressReporter:
         False
         """
         self(level, message, *args)
-        if self.callback_context is None:
-            return False
-        context = self.callback_context.subcontext(task_name=task_name)
-        context.call_on_fit_task_begin(estimator=self.estimator)
-        return bool(context.call_on_fit_task_end(estimator=self.estimator))
+        return self.task.step(task_name)
+
+    def steps_at(self, level, task_name):
+        """A reporter whose messages of ``level`` are also callback steps.
+
+        For numerical cores that take a plain ``reporter(level, message,
+        *args)`` callable and report each of their iterations at one level
+        (the TAP sweeps at level 2): handed this instead, every such message
+        becomes a step of :attr:`task`, whatever ``verbose`` is; messages at
+        other levels are only printed.  A core that ignores the reporter's
+        return value cannot be stopped this way.
+
+        Parameters
+        ----------
+        level : int
+            The level of the messages that mark steps.
+        task_name : str
+            Name of the steps the callbacks see.
+
+        Returns
+        -------
+        reporter : callable
+            ``reporter(level, message, *args)``, printing like this reporter.
+
+        Examples
+        --------
+        >>> from sklearn_meanfield._progress import ProgressReporter
+        >>> sweeps = ProgressReporter(verbose=2, prefix="Demo").steps_at(2, "sweep")
+        >>> sweeps(2, "sweep %d", 1)  # doctest: +ELLIPSIS
+        [Demo] sweep 1 (...s)
+        """
+        return _StepsAtLevel(self, level, task_name)
+
+
+class _StepsAtLevel:
+    """``reporter(level, message, *args)``: a step at one level, else a print."""
+
+    def __init__(self, reporter, level, task_name):
+        self.reporter = reporter
+        self.level = level
+        self.task_name = task_name
+
+    def __call__(self, level, message, *args):
+        if level == self.level:
+            return self.reporter.step(level, message, *args, task_name=self.task_name)
+        return self.reporter(level, message, *args)
 
 
 def _has_callbacks(estimator):
@@ -146,7 +377,9 @@ def fit_progress(estimator, verbose, prefix=None, *, max_steps=None, X=None, y=N
     from ``sklearn.callback.CallbackSupportMixin``, or callbacks propagated by
     a meta-estimator) it opens the fit's callback context, runs the hooks of
     the fit task around the block and of every :meth:`ProgressReporter.step`
-    inside it, and tears the callbacks down at the end, even on error.
+    inside it, and tears the callbacks down at the end, even on error.  Work
+    dispatched to joblib workers gets its own subtasks from
+    ``reporter.task.subtasks(...)`` (see :class:`CallbackTask`).
 
     Parameters
     ----------
@@ -157,14 +390,15 @@ def fit_progress(estimator, verbose, prefix=None, *, max_steps=None, X=None, y=N
     prefix : str or None, default=None
         Line prefix; None means the estimator's class name.
     max_steps : int or None, default=None
-        Number of steps the fit will report, if known (progress bars use it).
+        Number of steps (or subtasks) the fit will report, if known
+        (progress bars use it).
     X, y : array-like or None, default=None
         Training data, passed to the fit task's hooks.
 
     Yields
     ------
     reporter : ProgressReporter
-        The reporter to use for the fit.
+        The reporter to use for the fit; its ``task`` is the fit task.
 
     Examples
     --------
@@ -176,12 +410,10 @@ def fit_progress(estimator, verbose, prefix=None, *, max_steps=None, X=None, y=N
     """
     prefix = type(estimator).__name__ if prefix is None else prefix
     if not _has_callbacks(estimator):
-        yield ProgressReporter(verbose, prefix, estimator=estimator)
+        yield ProgressReporter(verbose, prefix)
         return
     with callback_management_context(estimator):
         context = estimator._init_callback_context(max_subtasks=max_steps)
-        context.call_on_fit_task_begin(estimator=estimator, X=X, y=y)
-        yield ProgressReporter(
-            verbose, prefix, estimator=estimator, callback_context=context
-        )
-        context.call_on_fit_task_end(estimator=estimator, X=X, y=y)
+        task = CallbackTask(context, estimator).begin(X=X, y=y)
+        yield ProgressReporter(verbose, prefix, task=task)
+        task.end(X=X, y=y)

@@ -20,6 +20,7 @@ from test_common import small_data as _data
 
 from sklearn_meanfield import (
     BetheRBM,
+    HMCNetworkRegressor,
     TAPGaussianProcessClassifier,
     TAPPerceptronClassifier,
 )
@@ -251,3 +252,160 @@ def test_bethe_rbm_epochs_drive_sklearn_callbacks():
     np.testing.assert_array_equal(
         stopped.intercept_hidden_, two_epochs.intercept_hidden_
     )
+
+
+# --- scikit-learn callbacks on the parallel estimators --------------------------
+#
+# Chains, restarts and one-vs-rest problems run in joblib workers, where their
+# callback hooks run too.  The recorder below sends what it sees back to the
+# main process through scikit-learn's transport (the way ProgressBar and
+# ScoringMonitor do), so the task tree is complete whatever the backend.
+
+
+def _task_path(context):
+    """((task_name, task_id), ...) from the root task down to ``context``."""
+    path = []
+    while context is not None:
+        path.append((context.task_name, context.task_id))
+        context = context.parent
+    return tuple(reversed(path))
+
+
+class _StopAt:
+    """Picklable stop rule: True at the end of a task with this name and path.
+
+    ``ids`` are the task ids from below the root down to the task (None
+    matches any id); ``min_id`` asks from that id of the last level on.
+    """
+
+    def __init__(self, task_name, parent_ids=(), min_id=0):
+        self.task_name = task_name
+        self.parent_ids = tuple(parent_ids)
+        self.min_id = min_id
+
+    def __call__(self, path):
+        name, task_id = path[-1]
+        if name != self.task_name or task_id < self.min_id:
+            return False
+        ids = [i for _, i in path[1:-1]]
+        return all(want is None or want == i for want, i in zip(self.parent_ids, ids))
+
+
+class _TreeRecorder:
+    """FitCallback recording ``(hook, task path)`` from any process."""
+
+    def __init__(self, stop=None):
+        from sklearn.callback._transport import open_listener
+
+        self.events = []
+        self.stop = stop
+        self._handle = open_listener(self.events.append, owner=self)
+
+    def __getstate__(self):
+        # Workers send their events; they never need the recorded ones.
+        return {**self.__dict__, "events": []}
+
+    def setup(self, estimator, context):
+        pass
+
+    def teardown(self, estimator, context):
+        pass
+
+    def _send(self, hook, context):
+        from sklearn.callback._transport import send
+
+        send(self._handle, (hook, _task_path(context)))
+
+    def on_fit_task_begin(self, estimator, context):
+        self._send("begin", context)
+
+    def on_fit_task_end(self, estimator, context):
+        self._send("end", context)
+        return bool(self.stop is not None and self.stop(_task_path(context)))
+
+    def tree(self):
+        """Children of every task: {path: sorted list of (name, id)}.
+
+        Also checks that every task began once, before it ended once.
+        """
+        begun, ended = [], []
+        for hook, path in self.events:
+            (begun if hook == "begin" else ended).append(path)
+        assert len(begun) == len(set(begun)) and sorted(begun) == sorted(ended)
+        for path in ended:  # parents end after their children (per process)
+            assert path[:-1] == () or path[:-1] in set(begun)
+        children = {path: [] for path in begun}
+        for path in begun:
+            if len(path) > 1:
+                children[path[:-1]].append(path[-1])
+        return {path: sorted(kids) for path, kids in children.items()}
+
+
+def _callback_api():
+    return pytest.importorskip("sklearn.callback")
+
+
+ROOT = (("fit", 0),)
+
+
+def _hmc(**params):
+    base = dict(FAST_PARAMS["HMCNetworkRegressor"], n_chains=3)
+    base.update(params)
+    return HMCNetworkRegressor(**base)
+
+
+def _hmc_blocks(model):
+    # Independent of the implementation: a tenth of the iterations per block.
+    total = model.n_warmup + model.n_samples
+    size = max(total // 10, 1)
+    return int(np.ceil(total / size))
+
+
+def _regression_data():
+    return _data(HMCNetworkRegressor())
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_hmc_chains_are_callback_subtasks(n_jobs):
+    _callback_api()
+    X, y = _regression_data()
+    recorder = _TreeRecorder()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        plain = _hmc(n_jobs=1).fit(X, y)
+        model = _hmc(n_jobs=n_jobs).set_callbacks(recorder).fit(X, y)
+    tree = recorder.tree()
+    n_chains = len(model.acceptance_rate_)
+    assert tree[ROOT] == [("chain", c) for c in range(n_chains)]
+    for c in range(n_chains):
+        blocks = tree[ROOT + (("chain", c),)]
+        assert blocks == [("iterations", k) for k in range(_hmc_blocks(model))]
+    # The callbacks change nothing in the result, whatever n_jobs.
+    np.testing.assert_array_equal(model.parameter_draws_, plain.parameter_draws_)
+    np.testing.assert_array_equal(model.acceptance_rate_, plain.acceptance_rate_)
+    np.testing.assert_array_equal(model.predict(X), plain.predict(X))
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_hmc_stop_keeps_fewer_draws_in_every_chain(n_jobs):
+    _callback_api()
+    X, y = _regression_data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        full = _hmc(n_jobs=1).fit(X, y)
+        # Chain 1 asks to stop after its 7th block of 4 iterations: 28
+        # iterations, 8 of them past the 20 of warm-up.
+        stop = _StopAt("iterations", parent_ids=(1,), min_id=6)
+        stopped = _hmc(n_jobs=n_jobs).set_callbacks(_TreeRecorder(stop)).fit(X, y)
+        # A request during warm-up waits for the minimum of four draws.
+        early = _StopAt("iterations", parent_ids=(0,), min_id=0)
+        warm = _hmc(n_jobs=n_jobs).set_callbacks(_TreeRecorder(early)).fit(X, y)
+    n_chains, n_params = 3, full.parameter_draws_.shape[1]
+    by_chain = full.parameter_draws_.reshape(n_chains, full.n_samples, n_params)
+    for model, n_kept in [(stopped, 8), (warm, 4)]:
+        # Every chain keeps the first n_kept draws of the uninterrupted chain.
+        expected = by_chain[:, :n_kept].reshape(n_chains * n_kept, n_params)
+        np.testing.assert_array_equal(model.parameter_draws_, expected)
+        assert model.noise_precision_draws_.shape[0] == n_chains * n_kept
+        assert model.acceptance_rate_.shape == (n_chains,)
+        assert np.all(np.isfinite(model.predict(X))) and np.isfinite(model.rhat_)

@@ -9,7 +9,7 @@ other chains share its batch, hence not on ``n_jobs``.
 
 import numpy as np
 
-from .._progress import ProgressReporter
+from .._progress import CallbackTask, ProgressReporter
 from ._network import (
     augment,
     forward,
@@ -22,7 +22,37 @@ from ._network import (
 )
 from ._sampler import DualAveraging, hmc_step
 
-__all__ = ["ChainRandom", "run_chains"]
+__all__ = ["ChainRandom", "iteration_blocks", "run_chains"]
+
+# Draws a chain keeps at least when a callback stops it early: split R-hat
+# needs two halves of two draws.
+MIN_DRAWS = 4
+
+
+def iteration_blocks(n_warmup, n_samples):
+    """How the iterations of a chain are grouped for progress reports.
+
+    Parameters
+    ----------
+    n_warmup, n_samples : int
+
+    Returns
+    -------
+    block_size : int
+        Iterations per block (a tenth of the total, at least one); a progress
+        line is printed after each full block.
+    n_blocks : int
+        Blocks, the last one possibly shorter: the callback steps of a chain.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield.hmc._chains import iteration_blocks
+    >>> iteration_blocks(20, 25)
+    (4, 12)
+    """
+    total = n_warmup + n_samples
+    block_size = max(total // 10, 1)
+    return block_size, -(-total // block_size)
 
 
 class ChainRandom:
@@ -78,6 +108,7 @@ def run_chains(
     target_accept,
     chain_ids=None,
     verbose=0,
+    tasks=None,
 ):
     """Run a batch of chains: warm-up with adaptation, then sampling.
 
@@ -112,15 +143,25 @@ def run_chains(
     chain_ids : sequence of int or None
         Used in progress messages.
     verbose : int
+    tasks : sequence of CallbackTask or None, default=None
+        scikit-learn callback task of each chain
+        (:class:`~sklearn_meanfield._progress.CallbackTask`): its hooks run
+        around the chain, and every block of iterations
+        (:func:`iteration_blocks`) is one of its steps.  When a step's
+        callback asks to stop, the batch stops at the end of the first block
+        of the sampling phase that leaves every chain ``MIN_DRAWS`` draws or
+        more; the draws kept so far are returned.
 
     Returns
     -------
     result : dict
-        ``theta`` (n_samples, n_chains, n_params), ``noise_precision``
-        (n_samples, n_chains, n_outputs), ``group_precision`` (n_samples,
-        n_chains, n_groups), ``train_outputs`` (n_samples, n_chains, n_train,
-        n_outputs), ``accept_rate``, ``step_size``, ``n_divergent`` (n_chains,),
-        acceptance and divergences counted after warm-up.
+        ``theta`` (n_kept, n_chains, n_params), ``noise_precision``
+        (n_kept, n_chains, n_outputs), ``group_precision`` (n_kept,
+        n_chains, n_groups), ``train_outputs`` (n_kept, n_chains, n_train,
+        n_outputs), ``accepted`` and ``divergent`` (n_kept, n_chains, bool,
+        per draw), ``accept_rate``, ``step_size``, ``n_divergent``
+        (n_chains,), acceptance and divergences counted after warm-up.
+        ``n_kept`` is ``n_samples`` unless a callback stopped the chains.
 
     Examples
     --------
@@ -141,6 +182,9 @@ def run_chains(
     """
     rng = ChainRandom(seeds)
     n_chains = len(seeds)
+    tasks = [CallbackTask() for _ in range(n_chains)] if tasks is None else tasks
+    for task in tasks:
+        task.begin()
     chain_ids = (
         list(range(n_chains)) if chain_ids is None else [int(i) for i in chain_ids]
     )
@@ -185,12 +229,16 @@ def run_chains(
         "noise_precision": np.empty((n_samples, n_chains, m)),
         "group_precision": np.empty((n_samples, n_chains, G)),
         "train_outputs": np.empty((n_samples, n_chains, n_train, m)),
+        "accepted": np.zeros((n_samples, n_chains), dtype=bool),
+        "divergent": np.zeros((n_samples, n_chains), dtype=bool),
     }
     accepted = np.zeros(n_chains)
     recent = np.zeros(n_chains)
     n_divergent = np.zeros(n_chains, dtype=int)
     total = n_warmup + n_samples
-    report_every = max(total // 10, 1)
+    report_every, _ = iteration_blocks(n_warmup, n_samples)
+    n_kept = n_samples
+    stop = False
     for iteration in range(total):
         if iteration >= n_fixed:
             outputs, _ = forward(theta, X, layout)
@@ -257,6 +305,8 @@ def run_chains(
             out["noise_precision"][s] = noise_precision
             out["group_precision"][s] = group_precision
             out["train_outputs"][s] = forward(theta, X, layout)[0]
+            out["accepted"][s] = step.accepted
+            out["divergent"][s] = step.divergent
             accepted += step.accepted
             n_divergent += step.divergent
         if (iteration + 1) % report_every == 0:
@@ -272,7 +322,20 @@ def run_chains(
                 ),
             )
             recent[:] = 0.0
-    out["accept_rate"] = accepted / max(n_samples, 1)
+        if (iteration + 1) % report_every == 0 or iteration + 1 == total:
+            # Every chain's step runs (no short-circuit), whichever asks.
+            stop |= any([task.step("iterations") for task in tasks])
+            n_drawn = iteration + 1 - n_warmup
+            if stop and MIN_DRAWS <= n_drawn < n_samples:
+                n_kept = n_drawn
+                break
+    for task in tasks:
+        task.end()
+    for key in ("theta", "noise_precision", "group_precision", "train_outputs"):
+        out[key] = out[key][:n_kept]
+    out["accepted"] = out["accepted"][:n_kept]
+    out["divergent"] = out["divergent"][:n_kept]
+    out["accept_rate"] = accepted / max(n_kept, 1)
     out["step_size"] = np.exp(log_eta)
     out["n_divergent"] = n_divergent
     return out

@@ -14,8 +14,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._base import StandardizedRegressorMixin, atomic_fit
 from .._loo import psis_loo
 from .._parallel import draw_seeds, run_parallel
-from .._progress import ProgressReporter
-from ._chains import run_chains
+from .._progress import CallbackSupportMixin, fit_progress
+from ._chains import iteration_blocks, run_chains
 from ._diagnostics import effective_sample_size, split_rhat
 from ._network import HyperPrior, NetworkLayout, forward
 
@@ -26,12 +26,16 @@ __all__ = ["HMCNetworkRegressor"]
 _PREDICT_BLOCK = 64
 
 
-def _run_batch(X, Y, layout, prior, seeds, chain_ids, settings):
+def _run_batch(X, Y, layout, prior, seeds, chain_ids, settings, tasks):
     """Module-level (picklable) unit of parallel work: one batch of chains."""
-    return run_chains(X, Y, layout, prior, seeds, chain_ids=chain_ids, **settings)
+    return run_chains(
+        X, Y, layout, prior, seeds, chain_ids=chain_ids, tasks=tasks, **settings
+    )
 
 
-class HMCNetworkRegressor(StandardizedRegressorMixin, RegressorMixin, BaseEstimator):
+class HMCNetworkRegressor(
+    CallbackSupportMixin, StandardizedRegressorMixin, RegressorMixin, BaseEstimator
+):
     """Bayesian one-hidden-layer tanh network, posterior sampled by Hybrid Monte Carlo.
 
     The network ``f(x) = tanh(x W1 + b1) W2 + b2`` gets Gaussian priors whose
@@ -90,7 +94,13 @@ class HMCNetworkRegressor(StandardizedRegressorMixin, RegressorMixin, BaseEstima
         model for any ``n_jobs``.
     verbose : int, default=0
         Progress per batch of chains (iteration, acceptance, noise sd in
-        standardised units) when >= 1.
+        standardised units) when >= 1.  With scikit-learn >= 1.9,
+        ``set_callbacks`` (e.g. ``sklearn.callback.ProgressBar()``) also
+        follows the fit: one subtask per chain, run in the chain's worker,
+        and in each a step per tenth of its iterations.  A callback that asks
+        to stop ends the sampling early: every chain keeps the draws made so
+        far (at least four; a request during warm-up takes effect once four
+        draws are kept), the same number in every chain.
 
     Attributes
     ----------
@@ -118,11 +128,12 @@ class HMCNetworkRegressor(StandardizedRegressorMixin, RegressorMixin, BaseEstima
         Smallest bulk effective sample size over the same quantities.
     noise_std_ : ndarray of shape (n_outputs,)
         Posterior mean noise standard deviation, per output, in target units.
-    parameter_draws_ : ndarray of shape (n_chains * n_samples, n_params)
-        Network weights (for standardised data), chain after chain.
-    noise_precision_draws_ : ndarray of shape (n_chains * n_samples, n_outputs)
+    parameter_draws_ : ndarray of shape (n_chains * n_kept, n_params)
+        Network weights (for standardised data), chain after chain;
+        ``n_kept`` is ``n_samples`` unless a callback stopped the sampling.
+    noise_precision_draws_ : ndarray of shape (n_chains * n_kept, n_outputs)
         Noise precisions (for standardised targets).
-    precision_draws_ : ndarray of shape (n_chains * n_samples, n_groups)
+    precision_draws_ : ndarray of shape (n_chains * n_kept, n_groups)
         Weight-group precisions: one per input (or one) for the input weights,
         then hidden biases, hidden-to-output weights, output biases.
     n_features_in_ : int
@@ -239,11 +250,17 @@ class HMCNetworkRegressor(StandardizedRegressorMixin, RegressorMixin, BaseEstima
             to leave out), or invalid ``X`` or ``y`` (NaN, infinity, shape).
         """
         X, y, Xs, Ys = self._validate_training_data(X, y)
-        rng = check_random_state(self.random_state)
-        reporter = ProgressReporter(self.verbose, type(self).__name__)
+        # With scikit-learn callbacks, every chain is a subtask of the fit.
+        with fit_progress(self, self.verbose, max_steps=self.n_chains, X=X, y=y) as (
+            reporter
+        ):
+            self._sample(y, Xs, Ys, reporter)
+        return self
 
+    def _sample(self, y, Xs, Ys, reporter):
+        rng = check_random_state(self.random_state)
         layout = NetworkLayout(
-            X.shape[1], self.hidden_layer_size, Ys.shape[1], self.ard
+            Xs.shape[1], self.hidden_layer_size, Ys.shape[1], self.ard
         )
         prior = HyperPrior()
         self._layout = layout
@@ -262,25 +279,36 @@ class HMCNetworkRegressor(StandardizedRegressorMixin, RegressorMixin, BaseEstima
             verbose=self.verbose,
         )
         reporter(1, "%d chains in %d batches", self.n_chains, n_batches)
+        _, n_blocks = iteration_blocks(self.n_warmup, self.n_samples)
+        tasks = reporter.task.subtasks(self.n_chains, "chain", max_steps=n_blocks)
         results = run_parallel(
             _run_batch,
-            [(Xs, Ys, layout, prior, seeds[b], b, settings) for b in batches],
+            [
+                (Xs, Ys, layout, prior, seeds[b], b, settings, [tasks[c] for c in b])
+                for b in batches
+            ],
             n_jobs=self.n_jobs,
         )
+        # A batch stopped by a callback keeps fewer draws; every chain keeps
+        # as many as the shortest, so the model is the one a single batch
+        # (every chain stopping together) would give.
+        n_kept = min(len(r["theta"]) for r in results)
 
-        def joined(key, axis):
-            return np.concatenate([r[key] for r in results], axis=axis)
+        def joined(key, axis=1):
+            return np.concatenate([r[key][:n_kept] for r in results], axis=axis)
 
         # Draws arrive as (n_samples, n_chains, ...): chains are axis 1.
-        theta = joined("theta", 1)
-        noise_precision = joined("noise_precision", 1)
-        group_precision = joined("group_precision", 1)
-        outputs = joined("train_outputs", 1)
-        self.acceptance_rate_ = joined("accept_rate", 0)
-        self.step_size_ = joined("step_size", 0)
-        self.n_divergent_ = joined("n_divergent", 0)
+        theta = joined("theta")
+        noise_precision = joined("noise_precision")
+        group_precision = joined("group_precision")
+        outputs = joined("train_outputs")
+        self.acceptance_rate_ = np.sum(joined("accepted"), axis=0) / n_kept
+        self.n_divergent_ = np.sum(joined("divergent"), axis=0)
+        self.step_size_ = np.concatenate([r["step_size"] for r in results])
+        if n_kept < self.n_samples:
+            reporter(1, "stopped by a callback: %d draws per chain kept", n_kept)
 
-        n_kept, n_chains = theta.shape[:2]
+        n_chains = theta.shape[1]
         self.parameter_draws_ = theta.transpose(1, 0, 2).reshape(n_chains * n_kept, -1)
         self.noise_precision_draws_ = noise_precision.transpose(1, 0, 2).reshape(
             n_chains * n_kept, -1
@@ -301,7 +329,6 @@ class HMCNetworkRegressor(StandardizedRegressorMixin, RegressorMixin, BaseEstima
             self.rhat_,
             self.loo_error_,
         )
-        return self
 
     def _diagnose(self, outputs, noise_precision, group_precision):
         n_kept, n_chains = outputs.shape[:2]
@@ -394,9 +421,10 @@ class HMCNetworkRegressor(StandardizedRegressorMixin, RegressorMixin, BaseEstima
         -------
         draws : ndarray of shape (n_draws, n_samples) or \
                 (n_draws, n_samples, n_outputs)
-            ``n_draws = n_chains * n_samples`` (the estimator's), chain by
-            chain: rows ``c * n_samples`` to ``(c + 1) * n_samples - 1`` are
-            chain ``c`` in order.
+            ``n_draws = n_chains * n_kept`` (``n_kept`` is the estimator's
+            ``n_samples`` unless a callback stopped the sampling), chain by
+            chain: rows ``c * n_kept`` to ``(c + 1) * n_kept - 1`` are chain
+            ``c`` in order.
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
