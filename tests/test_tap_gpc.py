@@ -168,6 +168,54 @@ def test_label_noise_keeps_negative_site_precisions():
     np.testing.assert_allclose(solution.var, tilted_var, rtol=1e-5)
 
 
+@pytest.mark.parametrize("n_negative", [0, 1, 6, 20])
+def test_posterior_with_signed_sites_equals_dense_inverse(n_negative):
+    # 0: the positive-site form; 1 and 6 of 40: the low-rank correction of
+    # the few negative sites; 20 of 40: the direct factorisation.
+    rng = np.random.default_rng(n_negative)
+    n = 40
+    X = rng.standard_normal((n, 3))
+    K = (C(2.0) * RBF(1.0))(X)
+    tau = rng.uniform(0.0, 3.0, n)
+    tau[:3] = 0.0  # sites of zero precision take the small-site branch
+    negative = rng.choice(np.arange(3, n), n_negative, replace=False)
+    tau[negative] = -rng.uniform(0.01, 0.1, n_negative)
+    nu = rng.standard_normal(n)
+    K_cross = (C(2.0) * RBF(1.0))(X, rng.standard_normal((7, 3)))
+
+    precision = np.linalg.inv(K) + np.diag(tau)
+    assert np.all(np.linalg.eigvalsh(precision) > 0)
+    Sigma = np.linalg.inv(precision)
+    S = np.diag(tau)
+    correction = S - S @ Sigma @ S
+    solved = KernelPosterior(K).solve(tau, nu)
+    # The direct factorisation adds a relative jitter of 1e-10 to K's diagonal.
+    rtol = 1e-7 if n_negative == 20 else 1e-9
+    np.testing.assert_allclose(solved.var, np.diag(Sigma), rtol=rtol, atol=1e-11)
+    np.testing.assert_allclose(solved.mean, Sigma @ nu, rtol=rtol, atol=1e-10)
+    assert solved.logdet == pytest.approx(
+        np.linalg.slogdet(np.eye(n) + K @ S)[1], rel=rtol
+    )
+    np.testing.assert_allclose(solved.site_correction(), correction, atol=100 * rtol)
+    np.testing.assert_allclose(
+        solved.variance_reduction(K_cross),
+        np.einsum("ij,ik,kj->j", K_cross, correction, K_cross),
+        atol=100 * rtol,
+    )
+
+
+@pytest.mark.parametrize("n_negative", [1, 20])
+def test_improper_signed_sites_are_refused(n_negative):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 2))
+    K = (C(2.0) * RBF(1.0))(X)
+    tau = np.full(40, 0.5)
+    tau[:n_negative] = -5.0  # K^-1 + S is not positive definite
+    assert np.linalg.eigvalsh(np.linalg.inv(K) + np.diag(tau)).min() < 0
+    with pytest.raises(np.linalg.LinAlgError):
+        KernelPosterior(K).solve(tau, np.zeros(40))
+
+
 # ------------------------------------------------------- the leave-one-out
 
 

@@ -153,6 +153,92 @@ class _SignedSiteSolution:
         """Nothing to drop: W is what prediction needs."""
 
 
+class _FewNegativeSiteSolution:
+    """Posterior with a few negative site precisions, as a low-rank correction.
+
+    Label noise leaves negative precisions on a few sites only (the points on
+    the wrong side of the boundary: 2 of 250 and 19 of 1000 on the benchmark's
+    data).  With ``S = S+ - R^2`` (``R`` nonzero on the negative set ``N``),
+    ``Sigma+ = (K^-1 + S+)^-1`` comes from :class:`_PositiveSiteSolution` and
+    Woodbury's identity adds the rest::
+
+        Sigma = Sigma+ + G R M^-1 R G^T,  G = Sigma+[:, N],
+        M = I - R Sigma+[N, N] R = L_M L_M^T,
+
+    so ``Sigma = Sigma+ + U^T U`` with ``U = L_M^-1 R G^T``.  ``K^-1 + S`` is
+    positive definite exactly when ``M`` is, and
+    ``log|I + K S| = log|I + K S+| + log|M|``.  The cost over the positive
+    sites' ``2 n^3 / 3`` flops is ``O(n^2 |N|)``, against about
+    ``10 n^3 / 3`` for :class:`_SignedSiteSolution`.
+    """
+
+    def __init__(self, K, tau, nu):
+        negative = np.flatnonzero(tau < 0)
+        tau_plus = np.maximum(tau, 0.0)
+        positive = _PositiveSiteSolution(K, tau_plus, nu)
+        K_N = K[:, negative]
+        # G = Sigma+[:, N] = K_N - K S+^1/2 L^-T L^-1 S+^1/2 K_N.
+        sqrt_tau = positive._sqrt_tau
+        Z = blas.dtrmm(1.0, positive._chol_inv, sqrt_tau[:, None] * K_N, lower=1)
+        Z = blas.dtrmm(1.0, positive._chol_inv, Z, lower=1, trans_a=1)
+        G = K_N - K @ (sqrt_tau[:, None] * Z)
+        r = np.sqrt(-tau[negative])
+        M = -(r[:, None] * G[negative] * r[None, :])
+        M[np.diag_indices_from(M)] += 1.0
+        chol_M = _cholesky_lower(M)  # LinAlgError: K^-1 + S is not definite
+        U = solve_triangular(chol_M, r[:, None] * G.T, lower=True, check_finite=False)
+        self.var = positive.var + np.einsum("ij,ij->j", U, U)
+        self.mean = positive.mean + U.T @ (U @ nu)
+        self.logdet = positive.logdet + 2.0 * np.sum(np.log(np.diag(chol_M)))
+        self._positive = positive
+        self._negative = negative
+        self._tau = tau
+        self._tau_plus = tau_plus
+        self._G = G
+        self._U = U
+
+    def variance_reduction(self, K_cross):
+        """Row-wise ``k*^T (S - S Sigma S) k*`` for columns ``k*`` of ``K_cross``.
+
+        With ``P = S+ - S+ Sigma+ S+`` (the positive part's correction) and
+        ``S- = S - S+``: ``S - S Sigma S = P + S- - S- Sigma+ S+ - S+ Sigma+ S-
+        - S- Sigma+ S- - (U S)^T (U S)``; every term but ``P`` has rank
+        ``|N|``.
+        """
+        N, G, tau = self._negative, self._G, self._tau
+        scaled_N = tau[N, None] * K_cross[N]  # S- k*, on N
+        reduction = self._positive.variance_reduction(K_cross)
+        reduction += np.einsum("ij,ij->j", K_cross[N], scaled_N)
+        reduction -= np.einsum("ij,ij->j", scaled_N, G[N] @ scaled_N)
+        reduction -= 2.0 * np.einsum(
+            "ij,ij->j", scaled_N, G.T @ (self._tau_plus[:, None] * K_cross)
+        )
+        projected = self._U @ (tau[:, None] * K_cross)
+        reduction -= np.einsum("ij,ij->j", projected, projected)
+        return reduction
+
+    def site_correction(self):
+        """``S - S Sigma S``, the same terms as :meth:`variance_reduction`."""
+        N, G, tau = self._negative, self._G, self._tau
+        correction = self._positive.site_correction()
+        cross = self._tau_plus[:, None] * G * tau[None, N]  # S+ Sigma+ S-, cols N
+        correction[:, N] -= cross
+        correction[N, :] -= cross.T
+        correction[np.ix_(N, N)] -= tau[N, None] * G[N] * tau[None, N]
+        correction[N, N] += tau[N]
+        scaled = self._U * tau[None, :]
+        correction -= scaled.T @ scaled
+        return correction
+
+    def release(self):
+        """Nothing to drop: prediction needs the positive part, G and U."""
+
+
+# Beyond this share of negative sites the low-rank correction costs more than
+# the direct factorisation (its O(n^2 |N|) terms pass the n^3 of the latter).
+_MAX_NEGATIVE_SHARE = 0.25
+
+
 class KernelPosterior:
     """The Gaussian posterior of the fields for a kernel matrix ``K``.
 
@@ -231,8 +317,11 @@ class KernelPosterior:
         ``site_correction()``.  Raises ``LinAlgError`` when ``K^-1 + S`` is not
         positive definite.
         """
-        if np.all(tau >= 0):
+        n_negative = np.count_nonzero(tau < 0)
+        if n_negative == 0:
             return _PositiveSiteSolution(self.K, tau, nu)
+        if n_negative <= _MAX_NEGATIVE_SHARE * len(tau):
+            return _FewNegativeSiteSolution(self.K, tau, nu)
         return _SignedSiteSolution(self._chol(), tau, nu)
 
 
@@ -380,6 +469,7 @@ def expectation_propagation(
     power=1.0,
     site_steps=False,
     patience=None,
+    fallback=None,
 ):
     """Solve the adaptive TAP / EP equations with parallel damped updates.
 
@@ -422,6 +512,10 @@ def expectation_propagation(
     patience : int or None, default=None
         Stop early (not converged) when the smallest residual has not halved
         in this many sweeps.
+    fallback : tuple of two ndarrays or None, default=None
+        Sites ``(tau, nu)`` to start from when the warm start ``tau, nu``
+        makes the posterior improper (an extrapolated warm start may); after
+        them, zero sites.
 
     Returns
     -------
@@ -446,11 +540,17 @@ def expectation_propagation(
     n = posterior.n
     tau = np.zeros(n) if tau is None else np.array(tau, dtype=float)
     nu = np.zeros(n) if nu is None else np.array(nu, dtype=float)
-    try:
-        solution = posterior.solve(tau, nu)
-    except LinAlgError:  # an invalid warm start: start afresh
-        tau, nu = np.zeros(n), np.zeros(n)
-        solution = posterior.solve(tau, nu)
+    starts = [(tau, nu)]
+    if fallback is not None:
+        starts.append(tuple(np.array(sites, dtype=float) for sites in fallback))
+    starts.append((np.zeros(n), np.zeros(n)))
+    for tau, nu in starts:
+        try:
+            solution = posterior.solve(tau, nu)
+            if np.all(solution.var > 0):
+                break
+        except LinAlgError:  # an invalid warm start: try the next one
+            continue
 
     best = None
     previous_residual = np.inf

@@ -100,6 +100,7 @@ def _solve(K, t, config, warm=None, tol=None, reporter=None):
         likelihood,
         tau=warm.get("tau"),
         nu=warm.get("nu"),
+        fallback=warm.get("fallback"),
         max_iter=config["max_iter"],
         tol=config["tol"] if tol is None else tol,
         damping=config["damping"],
@@ -140,13 +141,14 @@ def _extrapolate_sites(history, theta):
     The sites are moved along the secant of the last optimiser step, projected
     on ``theta``'s displacement (line searches and L-BFGS steps mostly
     continue in that direction), which halves the EP sweeps per evaluation.
-    Only for non-negative sites, kept non-negative; otherwise the last sites
-    are used as they are.
+    Site precisions keep their sign (a non-negative one stays non-negative).
+    Negative ones, from label noise, may make the extrapolated posterior
+    improper: the last sites are then the fallback.
     """
     if not history:
         return {}
     theta_last, tau_last, nu_last = history[-1]
-    if len(history) < 2 or np.any(tau_last < 0) or np.any(history[0][1] < 0):
+    if len(history) < 2:
         return {"tau": tau_last, "nu": nu_last}
     theta_prev, tau_prev, nu_prev = history[0]
     step = theta_last - theta_prev
@@ -155,9 +157,12 @@ def _extrapolate_sites(history, theta):
         return {"tau": tau_last, "nu": nu_last}
     # Within one step beyond either end: an extrapolation, not a leap.
     c = float(np.clip((np.asarray(theta) - theta_last) @ step / length, -2.0, 1.0))
+    tau = tau_last + c * (tau_last - tau_prev)
+    tau = np.where(tau_last < 0, np.minimum(tau, 0.0), np.maximum(tau, 0.0))
     return {
-        "tau": np.maximum(tau_last + c * (tau_last - tau_prev), 0.0),
+        "tau": tau,
         "nu": nu_last + c * (nu_last - nu_prev),
+        "fallback": (tau_last, nu_last),
     }
 
 
@@ -184,7 +189,7 @@ def _optimize_from(initial_theta, X, t, kernel, config):
         history[:] = history[-1:] + [(np.array(theta), warm["tau"], warm["nu"])]
         if -value < state["best"]:
             state["best"] = -value
-            state["sites"] = dict(warm)
+            state["sites"] = {"tau": warm["tau"], "nu": warm["nu"]}
         if eval_gradient:
             return -value, -gradient
         return -value
