@@ -20,6 +20,7 @@ from test_common import small_data as _data
 
 from sklearn_meanfield import (
     BetheRBM,
+    EnsembleLearningRegressor,
     HMCNetworkRegressor,
     TAPGaussianProcessClassifier,
     TAPPerceptronClassifier,
@@ -409,3 +410,59 @@ def test_hmc_stop_keeps_fewer_draws_in_every_chain(n_jobs):
         assert model.noise_precision_draws_.shape[0] == n_chains * n_kept
         assert model.acceptance_rate_.shape == (n_chains,)
         assert np.all(np.isfinite(model.predict(X))) and np.isfinite(model.rhat_)
+
+
+def _ensemble(**params):
+    # tol=0: every restart runs its max_iter iterations.
+    base = dict(FAST_PARAMS["EnsembleLearningRegressor"], n_restarts=2, tol=0.0)
+    base.update(params)
+    return EnsembleLearningRegressor(**base)
+
+
+def _ensemble_fitted_equal(a, b):
+    for name in ("mean_", "covariance_", "alpha_", "lambda_", "scores_"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    assert a.n_iter_ == b.n_iter_
+
+
+@pytest.mark.parametrize(
+    "covariance, n_jobs", [("full", 1), ("full", 2), ("lowrank", 1)]
+)
+def test_ensemble_restarts_are_callback_subtasks(covariance, n_jobs):
+    _callback_api()
+    X, y = _regression_data()
+    recorder = _TreeRecorder()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        plain = _ensemble(covariance=covariance, max_iter=2).fit(X, y)
+        model = _ensemble(covariance=covariance, max_iter=2, n_jobs=n_jobs)
+        model.set_callbacks(recorder).fit(X, y)
+    tree = recorder.tree()
+    assert tree[ROOT] == [("restart", r) for r in range(model.n_restarts)]
+    # With tol=0 no restart converges: each runs n_iter_ = max_iter iterations.
+    assert model.n_iter_ == len(model.scores_) == 2
+    for r in range(model.n_restarts):
+        assert tree[ROOT + (("restart", r),)] == [
+            ("iteration", k) for k in range(model.n_iter_)
+        ]
+    _ensemble_fitted_equal(model, plain)
+
+
+@pytest.mark.parametrize("covariance", ["full", "lowrank"])
+def test_ensemble_stop_ends_each_restart_after_that_iteration(covariance):
+    _callback_api()
+    X, y = _regression_data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        two = _ensemble(covariance=covariance, max_iter=2).fit(X, y)
+    stop = _TreeRecorder(_StopAt("iteration", min_id=1))
+    with warnings.catch_warnings():
+        # Stopped by the user: no convergence warning.
+        warnings.simplefilter("error", ConvergenceWarning)
+        stopped = _ensemble(covariance=covariance, max_iter=50)
+        stopped.set_callbacks(stop).fit(X, y)
+    # Stopped after its second iteration, every restart is the two-iteration fit.
+    _ensemble_fitted_equal(stopped, two)
+    tree = stop.tree()
+    for r in range(stopped.n_restarts):
+        assert len(tree[ROOT + (("restart", r),)]) == 2

@@ -171,6 +171,7 @@ def fit_restart(
     verbose,
     seed,
     max_precision,
+    task=None,
 ):
     """One variational fit from one random start.
 
@@ -195,12 +196,19 @@ def fit_restart(
     seed : int
     max_precision : float
         Cap of every precision.
+    task : CallbackTask or None, default=None
+        The restart's scikit-learn callback task
+        (:class:`~sklearn_meanfield._progress.CallbackTask`): its hooks run
+        around the restart and every iteration is one of its steps.  When a
+        step's callback asks to stop, the restart ends there, with the state
+        after that iteration.
 
     Returns
     -------
     result : dict
         ``theta``, ``alpha``, ``lam_groups``, ``scores`` (the bound after every
-        iteration), ``n_iter``, ``converged`` and ``bound``.
+        iteration), ``n_iter``, ``converged``, ``stopped`` (by a callback) and
+        ``bound``.
 
     Examples
     --------
@@ -220,7 +228,8 @@ def fit_restart(
     """
     with threadpool_limits(limits=1, user_api="blas"):
         rng = np.random.RandomState(seed)
-        reporter = ProgressReporter(verbose, f"EnsembleLearning seed={seed}")
+        reporter = ProgressReporter(verbose, f"EnsembleLearning seed={seed}", task=task)
+        reporter.task.begin()
         groups = weight_groups(shape)
         theta = init_params(shape, rng, init_std=init_std)
         alpha = np.full(shape.n_outputs, float(alpha_init))
@@ -235,7 +244,11 @@ def fit_restart(
             run = _lbfgs_phases
         else:
             run = _natural_gradient
-        return run(X1, T, shape, groups, theta, alpha, lam_groups, reporter, settings)
+        result = run(X1, T, shape, groups, theta, alpha, lam_groups, reporter, settings)
+        if result["stopped"]:
+            reporter(1, "stopped by a callback after %d iterations", result["n_iter"])
+        reporter.task.end()
+        return result
 
 
 # Largest over-relaxation factor of the hyperparameter updates.
@@ -289,7 +302,7 @@ def _natural_gradient(X1, T, shape, groups, theta, alpha, lam, reporter, setting
     n_warm_up = 0
     step = 1.0
     relax = 1.0
-    converged = False
+    converged = stopped = False
     n_iter = 0
     while n_iter < settings["max_iter"]:
         args = (X1, T, alpha, lam[groups], shape)
@@ -319,6 +332,7 @@ def _natural_gradient(X1, T, shape, groups, theta, alpha, lam, reporter, setting
             # re-estimates.  The bound stays where it was.
             scores.append(scores[-1] if scores else -value)
             converged = True
+            reporter.task.step("iteration")  # counted, not printed
             break
         theta, precision, value, stats, step = accepted
         previous = scores[-1] if scores else -np.inf
@@ -326,16 +340,19 @@ def _natural_gradient(X1, T, shape, groups, theta, alpha, lam, reporter, setting
             value, stats, alpha, lam, groups, relax, previous, max_precision
         )
         scores.append(-value)
-        reporter(
+        stopped = reporter.step(
             1,
             "iteration %d: bound %.4f (step %.3g, relaxation %g)",
             n_iter,
             -value,
             step,
             relax,
+            task_name="iteration",
         )
         if _converged(scores, tol, n):
-            converged = True
+            converged, stopped = True, False
+            break
+        if stopped:
             break
     return dict(
         theta=theta,
@@ -344,6 +361,7 @@ def _natural_gradient(X1, T, shape, groups, theta, alpha, lam, reporter, setting
         scores=np.asarray(scores),
         n_iter=n_iter,
         converged=converged,
+        stopped=stopped,
         bound=scores[-1],
     )
 
@@ -362,7 +380,7 @@ def _lbfgs_phases(X1, T, shape, groups, theta, alpha, lam, reporter, settings):
     log_cap = np.log(max_precision)
     box = [(None, None)] * n_theta + [(-log_cap, log_cap)] * (alpha.size + lam.size)
     scores = []
-    converged = False
+    converged = stopped = False
     n_iter = 0
     for n_iter in range(1, settings["max_iter"] + 1):
         if n_iter > 1:
@@ -396,9 +414,13 @@ def _lbfgs_phases(X1, T, shape, groups, theta, alpha, lam, reporter, settings):
         )
         alpha, lam = new_alpha, new_lam
         scores.append(-value)
-        reporter(1, "iteration %d: bound %.4f", n_iter, -value)
+        stopped = reporter.step(
+            1, "iteration %d: bound %.4f", n_iter, -value, task_name="iteration"
+        )
         if _converged(scores, tol, n):
-            converged = True
+            converged, stopped = True, False
+            break
+        if stopped:
             break
     return dict(
         theta=theta,
@@ -407,5 +429,6 @@ def _lbfgs_phases(X1, T, shape, groups, theta, alpha, lam, reporter, settings):
         scores=np.asarray(scores),
         n_iter=n_iter,
         converged=converged,
+        stopped=stopped,
         bound=scores[-1],
     )

@@ -11,7 +11,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import StandardizedRegressorMixin, atomic_fit
-from .._parallel import run_restarts, select_best
+from .._parallel import draw_seeds, run_parallel, select_best
+from .._progress import CallbackSupportMixin, fit_progress
 from ._erf_network import (
     NetworkShape,
     cavity_loo,
@@ -25,6 +26,12 @@ from ._optimise import fit_restart
 
 __all__ = ["EnsembleLearningRegressor"]
 
+
+def _run_restart(X1, T, settings, seed, task):
+    """Module-level (picklable) unit of parallel work: one restart."""
+    return fit_restart(X1, T, seed=seed, task=task, **settings)
+
+
 # Every precision (noise and weight groups, standardised units) stays in
 # [1 / _MAX_PRECISION, _MAX_PRECISION].  The cap matters for the weights of an
 # input the data do not need: the bound keeps rising as their precision lambda
@@ -37,7 +44,7 @@ _MAX_PRECISION = 1e6
 
 
 class EnsembleLearningRegressor(
-    StandardizedRegressorMixin, RegressorMixin, BaseEstimator
+    CallbackSupportMixin, StandardizedRegressorMixin, RegressorMixin, BaseEstimator
 ):
     """Two-layer erf network with a full-covariance Gaussian posterior.
 
@@ -93,7 +100,13 @@ class EnsembleLearningRegressor(
     n_jobs : int or None, default=None
         Workers for the restarts; None defers to ``joblib.parallel_config``.
     verbose : int, default=0
-        Print the bound after every iteration when >= 1.
+        Print the bound after every iteration when >= 1.  With scikit-learn
+        >= 1.9, ``set_callbacks`` (e.g. ``sklearn.callback.ProgressBar()``)
+        also follows the fit: one subtask per restart, run in the restart's
+        worker, and in each a step per iteration.  A callback that asks to
+        stop ends that restart after the iteration (its current ``Q`` and
+        hyperparameters, without a convergence warning); the best of the
+        restarts is kept as usual.
     loo : {"cavity", "psis"}, default="cavity"
         How ``loo_prediction_`` is computed without refitting: ``"cavity"``
         removes each point's Gaussian site from the closed-form predictive of
@@ -247,25 +260,36 @@ class EnsembleLearningRegressor(
         shape = NetworkShape(
             X.shape[1], self.hidden_layer_size, T.shape[1], self.covariance, self.rank
         )
-        results = run_restarts(
-            fit_restart,
-            self.n_restarts,
-            rng,
-            args=(X1, T),
-            kwargs=dict(
-                shape=shape,
-                alpha_init=self.alpha_init,
-                init_std=self.init_std,
-                max_iter=self.max_iter,
-                inner_max_iter=self.inner_max_iter,
-                tol=self.tol,
-                verbose=self.verbose,
-                max_precision=_MAX_PRECISION,
-            ),
-            n_jobs=self.n_jobs,
+        settings = dict(
+            shape=shape,
+            alpha_init=self.alpha_init,
+            init_std=self.init_std,
+            max_iter=self.max_iter,
+            inner_max_iter=self.inner_max_iter,
+            tol=self.tol,
+            verbose=self.verbose,
+            max_precision=_MAX_PRECISION,
         )
+        # Seeds drawn up front (as run_restarts does), one callback subtask
+        # per restart, run in the restart's worker.
+        seeds = draw_seeds(rng, self.n_restarts)
+        with fit_progress(
+            self, self.verbose, max_steps=self.n_restarts, X=X, y=y
+        ) as reporter:
+            tasks = reporter.task.subtasks(
+                self.n_restarts, "restart", max_steps=self.max_iter
+            )
+            results = run_parallel(
+                _run_restart,
+                [(X1, T, settings, int(s), t) for s, t in zip(seeds, tasks)],
+                n_jobs=self.n_jobs,
+            )
+            self._finish(X1, T, y, shape, results, rng)
+        return self
+
+    def _finish(self, X1, T, y, shape, results, rng):
         _, best = select_best(results, key=lambda r: r["bound"])
-        if not best["converged"]:
+        if not (best["converged"] or best["stopped"]):
             warnings.warn(
                 f"EnsembleLearningRegressor did not converge in max_iter="
                 f"{self.max_iter} iterations; increase max_iter or tol.",
