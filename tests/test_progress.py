@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.base import clone
+from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 from test_common import FAST_PARAMS, public_estimator_classes
 from test_common import small_data as _data
@@ -466,3 +467,77 @@ def test_ensemble_stop_ends_each_restart_after_that_iteration(covariance):
     tree = stop.tree()
     for r in range(stopped.n_restarts):
         assert len(tree[ROOT + (("restart", r),)]) == 2
+
+
+def _perceptron_fitted_equal(a, b):
+    for name in ("coef_", "intercept_", "loo_proba_"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    assert a.n_iter_ == b.n_iter_
+
+
+def _sweep_lines(text):
+    return [
+        line for line in text.splitlines() if "sweep" in line and "residual" in line
+    ]
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_perceptron_problems_and_sweeps_are_callback_subtasks(n_classes, capsys):
+    _callback_api()
+    X, y = make_classification(
+        n_samples=60,
+        n_features=4,
+        n_informative=3,
+        n_redundant=0,
+        n_classes=n_classes,
+        n_clusters_per_class=1,
+        random_state=0,
+    )
+    plain = TAPPerceptronClassifier(random_state=0, n_jobs=1).fit(X, y)
+    capsys.readouterr()
+    recorder = _TreeRecorder()
+    model = TAPPerceptronClassifier(random_state=0, n_jobs=1, verbose=2)
+    model.set_callbacks(recorder).fit(X, y)
+    printed = _sweep_lines(capsys.readouterr().out)
+    tree = recorder.tree()
+    n_problems = len(model.coef_)
+    assert n_problems == (1 if n_classes == 2 else n_classes)
+    assert tree[ROOT] == [("problem", k) for k in range(n_problems)]
+    sweeps = []
+    for k in range(n_problems):
+        # These problems converge: one solve, no incremental restarts.
+        problem = ROOT + (("problem", k),)
+        assert tree[problem] == [("solve", 0)]
+        solve = tree[problem + (("solve", 0),)]
+        assert solve == [("sweep", i) for i in range(len(solve))]
+        sweeps.append(len(solve))
+    # One step per sweep: as many as printed at verbose=2, the longest n_iter_.
+    assert sum(sweeps) == len(printed) and max(sweeps) == model.n_iter_
+    _perceptron_fitted_equal(model, plain)
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_perceptron_restarts_are_callback_subtasks_and_stop_is_ignored(n_jobs):
+    _callback_api()
+    X, y = _data(TAPPerceptronClassifier())
+    # Three sweeps are too few: the solve does not converge and the
+    # incremental restarts run (in parallel with n_jobs, two classes).
+    params = dict(label_noise=0.0, max_iter=3, n_restarts=2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        plain = TAPPerceptronClassifier(**params).fit(X, y)
+        # Asks to stop at every sweep: ignored, the result is unchanged.
+        recorder = _TreeRecorder(_StopAt("sweep"))
+        model = TAPPerceptronClassifier(**params, n_jobs=n_jobs)
+        model.set_callbacks(recorder).fit(X, y)
+    tree = recorder.tree()
+    problem = ROOT + (("problem", 0),)
+    assert tree[problem] == [("incremental restarts", 1), ("solve", 0)]
+    assert len(tree[problem + (("solve", 0),)]) == 3
+    restarts = problem + (("incremental restarts", 1),)
+    assert tree[restarts] == [("restart", r) for r in range(params["n_restarts"])]
+    for r in range(params["n_restarts"]):
+        # Stages of 8, 16, 32 and 60 examples, then the reordered solve,
+        # each sweeping at least once.
+        assert len(tree[restarts + (("restart", r),)]) >= 5
+    _perceptron_fitted_equal(model, plain)

@@ -15,11 +15,10 @@ from .._base import atomic_fit
 from .._parallel import (
     draw_seeds,
     run_parallel,
-    run_restarts,
     select_best,
     single_blas_thread_if_small,
 )
-from .._progress import ProgressReporter
+from .._progress import CallbackSupportMixin, ProgressReporter, fit_progress
 from ._core import (
     KernelPosterior,
     PriorVariance,
@@ -90,7 +89,7 @@ def _powered_label_noise(label_noise, power):
     return 1.0 / (1.0 + ((1.0 - label_noise) / label_noise) ** power)
 
 
-def _adaptive_solve(posterior, t, config, warm):
+def _adaptive_solve(posterior, t, config, warm, reporter):
     """Adaptive TAP: plain EP, then fractional EP where plain EP stalls.
 
     Fractional (power) EP has its own fixed point, a little different from
@@ -98,7 +97,7 @@ def _adaptive_solve(posterior, t, config, warm):
     returned cavities remove whole sites, so the leave-one-out estimate keeps
     its meaning.
     """
-    reporter = ProgressReporter(config["verbose"], "TAPPerceptronClassifier")
+    sweeps = reporter.steps_at(2, "sweep")
     likelihood = NoisyStepLikelihood(config["label_noise"], sigma=0.0)
     solution = expectation_propagation(
         posterior,
@@ -109,7 +108,7 @@ def _adaptive_solve(posterior, t, config, warm):
         max_iter=config["max_iter"],
         tol=config["tol"],
         damping=config["damping"],
-        reporter=reporter,
+        reporter=sweeps,
         patience=_PLAIN_EP_PATIENCE,
     )
     n_iter = solution.n_iter
@@ -128,7 +127,7 @@ def _adaptive_solve(posterior, t, config, warm):
             max_iter=budget,
             tol=config["tol"],
             damping=config["damping"],
-            reporter=reporter,
+            reporter=sweeps,
             power=power,
             site_steps=True,
             patience=_FRACTIONAL_PATIENCE,
@@ -148,12 +147,18 @@ def _adaptive_solve(posterior, t, config, warm):
     return solution
 
 
-def _solve(posterior, t, config, warm=None):
-    """Run the configured mean-field equations (a pure function of its inputs)."""
+def _solve(posterior, t, config, warm=None, reporter=None):
+    """Run the configured mean-field equations (a pure function of its inputs).
+
+    Every sweep is a step of ``reporter.task`` (named "sweep") for
+    scikit-learn callbacks; the equations cannot be stopped from there.
+    """
     likelihood = NoisyStepLikelihood(config["label_noise"], sigma=0.0)
     warm = warm or {}
+    if reporter is None:
+        reporter = ProgressReporter(config["verbose"], "TAPPerceptronClassifier")
     if config["variance"] == "adaptive":
-        return _adaptive_solve(posterior, t, config, warm)
+        return _adaptive_solve(posterior, t, config, warm, reporter)
     if config["variance"] == "naive":
         closure = PriorVariance(posterior.prior_var)
     else:
@@ -167,7 +172,7 @@ def _solve(posterior, t, config, warm=None):
         max_iter=config["max_iter"],
         tol=config["tol"],
         damping=min(config["damping"], _MAX_CLOSURE_STEP),
-        reporter=ProgressReporter(config["verbose"], "TAPPerceptronClassifier"),
+        reporter=reporter.steps_at(2, "sweep"),
     )
 
 
@@ -187,20 +192,30 @@ def _warm_start(solution, n_new):
     }
 
 
-def _incremental_solve(posterior, t, config, seed):
+def _incremental_solve(posterior, t, config, seed, task=None):
     """The paper's schedule for hard problems: a few examples first, then more.
 
     The examples are taken in a random order (``seed``); the set doubles at
     every stage, each stage warm-started from the previous solution.
-    Returns the solution in the original order of the examples.
+    Returns the solution in the original order of the examples.  ``task``
+    (a :class:`~sklearn_meanfield._progress.CallbackTask`) is the restart's
+    callback task; its steps are the sweeps of every stage.
     """
+    reporter = ProgressReporter(config["verbose"], "TAPPerceptronClassifier", task=task)
+    reporter.task.begin()
+    solution = _incremental_stages(posterior, t, config, seed, reporter)
+    reporter.task.end()
+    return solution
+
+
+def _incremental_stages(posterior, t, config, seed, reporter):
     n = posterior.n
     order = np.random.RandomState(seed).permutation(n)
     size = min(n, max(8, n // 16))
     warm = None
     while True:
         index = order[:size]
-        solution = _solve(posterior.subset(index), t[index], config, warm)
+        solution = _solve(posterior.subset(index), t[index], config, warm, reporter)
         if size == n:
             break
         new_size = min(n, 2 * size)
@@ -217,24 +232,40 @@ def _incremental_solve(posterior, t, config, seed):
             "nu": solution.nu[inverse],
             "alpha": solution.alpha[inverse],
         },
+        reporter,
     )
 
 
-def _fit_binary(Phi, t, config, seed, n_jobs):
-    """One binary problem: plain iteration, then incremental restarts if needed."""
+def _fit_binary(Phi, t, config, seed, n_jobs, task=None):
+    """One binary problem: plain iteration, then incremental restarts if needed.
+
+    ``task`` (a :class:`~sklearn_meanfield._progress.CallbackTask`) is the
+    problem's callback task: its subtasks are the solve (whose steps are the
+    sweeps) and, when they run, the incremental restarts.
+    """
     # d x d matrices in weight space, m x m in the dual space.
     side = Phi.shape[1] if config["space"] == "weight" else Phi.shape[0]
+    reporter = ProgressReporter(config["verbose"], "TAPPerceptronClassifier", task=task)
+    reporter.task.begin()
     with single_blas_thread_if_small(side):
-        return _fit_binary_solve(Phi, t, config, seed, n_jobs)
+        problem = _fit_binary_solve(Phi, t, config, seed, n_jobs, reporter)
+    reporter.task.end()
+    return problem
 
 
-def _fit_binary_solve(Phi, t, config, seed, n_jobs):
-    reporter = ProgressReporter(config["verbose"], "TAPPerceptronClassifier")
+def _fit_binary_solve(Phi, t, config, seed, n_jobs, reporter):
     if config["space"] == "weight":
         posterior = WeightSpacePosterior(Phi)
     else:
         posterior = KernelPosterior(Phi @ Phi.T)
-    solution = _solve(posterior, t, config)
+    solve = ProgressReporter(
+        config["verbose"],
+        reporter.prefix,
+        task=reporter.task.subtask("solve", max_steps=None),
+    )
+    solve.task.begin()
+    solution = _solve(posterior, t, config, reporter=solve)
+    solve.task.end()
     reporter(
         1,
         "%s mean field in %s space: %d sweeps, converged=%s",
@@ -244,13 +275,22 @@ def _fit_binary_solve(Phi, t, config, seed, n_jobs):
         solution.converged,
     )
     if not solution.converged and config["n_restarts"] > 0:
-        candidates = run_restarts(
+        n_restarts = config["n_restarts"]
+        restarts = reporter.task.subtask("incremental restarts", max_steps=n_restarts)
+        restarts.begin()
+        # Seeds drawn up front, as run_restarts does; one task per restart.
+        candidates = run_parallel(
             _incremental_solve,
-            config["n_restarts"],
-            seed,
-            args=(posterior, t, config),
+            [
+                (posterior, t, config, int(s), task)
+                for s, task in zip(
+                    draw_seeds(seed, n_restarts),
+                    restarts.subtasks(n_restarts, "restart", max_steps=None),
+                )
+            ],
             n_jobs=n_jobs,
         )
+        restarts.end()
         candidates = [solution] + [c for c in candidates if c.converged]
         _, solution = select_best(candidates, key=_free_energy_score)
         reporter(
@@ -296,7 +336,7 @@ class _DualFieldVariance:
         return prior - self.solution.variance_reduction(K_cross)
 
 
-class TAPPerceptronClassifier(ClassifierMixin, BaseEstimator):
+class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimator):
     """Bayes-optimal perceptron by TAP mean-field theory.
 
     The weights of a single-layer perceptron have the prior ``w ~ N(0, I)``;
@@ -369,6 +409,14 @@ class TAPPerceptronClassifier(ClassifierMixin, BaseEstimator):
     random_state : int, RandomState instance or None, default=None
         Orders of the incremental restarts.
     verbose : int, default=0
+        The solve and the restarts when >= 1, every sweep when >= 2.  With
+        scikit-learn >= 1.9, ``set_callbacks`` (e.g.
+        ``sklearn.callback.ProgressBar()``) also follows the fit: one subtask
+        per one-vs-rest problem (one with two classes), run in its worker,
+        holding a "solve" subtask whose steps are the sweeps and, when they
+        run, the incremental restarts.  A callback's request to stop is
+        ignored: a problem stopped halfway has no usable posterior, and the
+        problems of a multi-class fit need each other.
 
     Attributes
     ----------
@@ -513,23 +561,38 @@ class TAPPerceptronClassifier(ClassifierMixin, BaseEstimator):
         }
         targets = one_vs_rest_targets(y_index, n_classes)
         seeds = draw_seeds(rng, len(targets))
+        # With scikit-learn callbacks, every problem is a subtask of the fit.
+        with fit_progress(
+            self, self.verbose, max_steps=len(targets), X=X, y=y
+        ) as reporter:
+            tasks = reporter.task.subtasks(len(targets), "problem", max_steps=None)
+            problems = self._fit_problems(Phi, targets, config, seeds, tasks)
+            self._store(X, y, problems)
+        return self
+
+    def _fit_problems(self, Phi, targets, config, seeds, tasks):
         try:
             if len(targets) == 1:
-                problems = [
-                    _fit_binary(Phi, targets[0], config, int(seeds[0]), self.n_jobs)
+                return [
+                    _fit_binary(
+                        Phi, targets[0], config, int(seeds[0]), self.n_jobs, tasks[0]
+                    )
                 ]
-            else:
-                problems = run_parallel(
-                    _fit_binary,
-                    [(Phi, t, config, int(s), 1) for t, s in zip(targets, seeds)],
-                    n_jobs=self.n_jobs,
-                )
+            return run_parallel(
+                _fit_binary,
+                [
+                    (Phi, t, config, int(s), 1, task)
+                    for t, s, task in zip(targets, seeds, tasks)
+                ],
+                n_jobs=self.n_jobs,
+            )
         except LinAlgError as error:
             raise ValueError(
                 "The TAP equations met a posterior that is not positive "
                 f"definite ({error}); check the data for extreme scales."
             ) from error
 
+    def _store(self, X, y, problems):
         weights = np.vstack([p["weight_mean"] for p in problems])
         n_features = X.shape[1]
         self.coef_ = weights[:, :n_features] / np.sqrt(n_features)
@@ -546,7 +609,6 @@ class TAPPerceptronClassifier(ClassifierMixin, BaseEstimator):
             self.classes_,
             y,
         )
-        return self
 
     def _fields(self, X):
         X = validate_data(self, X, reset=False, dtype=np.float64)
