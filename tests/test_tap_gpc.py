@@ -24,7 +24,7 @@ from sklearn_meanfield.tap._likelihoods import (
     GaussianLikelihood,
     NoisyStepLikelihood,
 )
-from sklearn_meanfield.tap.gpc import check_kernel_memory
+from sklearn_meanfield.tap.gpc import LABEL_NOISE_BOUNDS, check_kernel_memory
 
 
 def _noisy_labels(n, seed, flip=0.1):
@@ -323,6 +323,88 @@ def test_evidence_gradient_matches_finite_differences(label_noise):
             - model.log_marginal_likelihood(theta - step)
         ) / (2 * h)
     np.testing.assert_allclose(gradient, numeric, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("likelihood", ["probit", "step"])
+def test_learned_label_noise_gradient_matches_finite_differences(likelihood):
+    # label_noise="auto": log(label_noise) is the search space's last entry.
+    X, y = _noisy_labels(40, 3)
+    model = TAPGaussianProcessClassifier(
+        C(1.5) * RBF(1.0),
+        likelihood=likelihood,
+        label_noise="auto",
+        tol=1e-11,
+        max_iter=2000,
+    ).fit(X, y)
+    theta = np.append(np.log([2.0, 0.8]), np.log(0.05))
+    value, gradient = model.log_marginal_likelihood(theta, eval_gradient=True)
+    assert gradient.shape == (3,)
+    h = 1e-5
+    numeric = [
+        (
+            model.log_marginal_likelihood(theta + h * e)
+            - model.log_marginal_likelihood(theta - h * e)
+        )
+        / (2 * h)
+        for e in np.eye(3)
+    ]
+    np.testing.assert_allclose(gradient, numeric, rtol=1e-4, atol=1e-6)
+    # The same evidence as a fixed label noise of 0.05 at that kernel.
+    fixed = TAPGaussianProcessClassifier(
+        C(2.0) * RBF(0.8),
+        likelihood=likelihood,
+        label_noise=0.05,
+        optimizer=None,
+        tol=1e-11,
+        max_iter=2000,
+    ).fit(X, y)
+    assert value == pytest.approx(fixed.log_marginal_likelihood_value_, rel=1e-8)
+
+
+def test_learned_label_noise_maximises_the_evidence():
+    X, y = make_classification(
+        n_samples=200,
+        n_features=4,
+        n_informative=3,
+        n_redundant=0,
+        flip_y=0.2,
+        random_state=1,
+    )
+    clean = np.sign(X[:, 0] + X[:, 1]) > 0
+    auto = TAPGaussianProcessClassifier(label_noise="auto", tol=1e-8).fit(X, y)
+    assert 0.01 < auto.label_noise_ < LABEL_NOISE_BOUNDS[1]
+    theta = np.append(auto.kernel_.theta, np.log(auto.label_noise_))
+    best = auto.log_marginal_likelihood(theta)
+    assert best == pytest.approx(auto.log_marginal_likelihood_value_, abs=1e-6)
+    for factor in (0.7, 1.4):
+        moved = theta + np.append(np.zeros(len(theta) - 1), np.log(factor))
+        assert auto.log_marginal_likelihood(moved) < best
+    # More evidence than the model without label noise, on flipped labels.
+    plain = TAPGaussianProcessClassifier(tol=1e-8).fit(X, y)
+    assert best > plain.log_marginal_likelihood_value_ + 1.0
+    # Labels without flips: the learned noise stays small.
+    separable = TAPGaussianProcessClassifier(label_noise="auto").fit(X, clean)
+    assert separable.label_noise_ < 0.01
+
+
+def test_learned_label_noise_per_one_vs_rest_problem():
+    X, y = make_classification(
+        n_samples=90,
+        n_features=4,
+        n_informative=3,
+        n_redundant=0,
+        n_classes=3,
+        n_clusters_per_class=1,
+        flip_y=0.1,
+        random_state=0,
+    )
+    model = TAPGaussianProcessClassifier(label_noise="auto").fit(X, y)
+    assert model.label_noise_.shape == (3,)
+    assert np.all(model.label_noise_ >= LABEL_NOISE_BOUNDS[0])
+    assert np.all(model.label_noise_ <= LABEL_NOISE_BOUNDS[1])
+    np.testing.assert_allclose(model.predict_proba(X).sum(axis=1), 1.0)
+    with pytest.raises(ValueError, match="optimizer"):
+        TAPGaussianProcessClassifier(label_noise="auto", optimizer=None).fit(X, y)
 
 
 def test_optimizer_increases_evidence_and_restarts_are_reproducible():

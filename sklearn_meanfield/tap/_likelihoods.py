@@ -7,6 +7,7 @@ respect to the cavity mean, from which the new Gaussian site follows
 """
 
 import numpy as np
+from scipy.special import log_ndtr
 
 from .._gaussian import LOG_SQRT_2PI, log_noisy_step, noisy_step_moments
 
@@ -82,6 +83,40 @@ class NoisyStepLikelihood:
         first = t * dlog_z / sqrt_s
         second = first * (first + cavity_mean / s)
         return log_z, first, second
+
+    def label_noise_gradient(self, t, cavity_mean, cavity_var):
+        """``d log Z / d kappa`` of each point, at fixed cavities.
+
+        ``Z = kappa + (1 - 2 kappa) Phi(z)``, so the derivative is
+        ``(1 - 2 Phi(z)) / Z``: positive for a point on the wrong side of its
+        cavity.  At an EP fixed point the evidence is stationary in the sites,
+        so the sum over points is the evidence's derivative in ``kappa``.
+
+        Parameters
+        ----------
+        t : ndarray of shape (n,)
+            Labels in {-1, +1}.
+        cavity_mean, cavity_var : ndarray of shape (n,)
+            Cavity distribution of the field.
+
+        Returns
+        -------
+        ndarray of shape (n,)
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_meanfield.tap._likelihoods import NoisyStepLikelihood
+        >>> noisy = NoisyStepLikelihood(label_noise=0.1, sigma=1.0)
+        >>> grad = noisy.label_noise_gradient(
+        ...     np.array([1.0, 1.0]), np.array([0.0, -40.0]), np.array([1.0, 1.0]))
+        >>> grad.round(6).tolist()  # Phi(0) = 1/2: no pull; far off: 1 / kappa
+        [0.0, 10.0]
+        """
+        z = t * cavity_mean / np.sqrt(cavity_var + self.sigma**2)
+        log_z = log_noisy_step(z, self.label_noise)
+        # 1 / Z - 2 Phi(z) / Z, each term from logs so that neither overflows.
+        return np.exp(-log_z) - 2.0 * np.exp(log_ndtr(z) - log_z)
 
     def predictive_positive(self, mean, var):
         """``p(t = +1)`` for a Gaussian field ``N(mean, var)``."""

@@ -115,8 +115,9 @@ def leave_one_out(likelihood, solutions, classes, y):
 
     Parameters
     ----------
-    likelihood : object
-        Provides ``predictive_positive(mean, var)``.
+    likelihood : object or list of objects
+        Provides ``predictive_positive(mean, var)``; a list gives one per
+        binary problem (each with its own label noise).
     solutions : list of TAPSolution
         One per binary problem, in the order of :func:`one_vs_rest_targets`.
     classes : ndarray of shape (n_classes,)
@@ -146,8 +147,13 @@ def leave_one_out(likelihood, solutions, classes, y):
     >>> error
     0.5
     """
+    if not isinstance(likelihood, (list, tuple)):
+        likelihood = [likelihood] * len(solutions)
     positive = np.column_stack(
-        [likelihood.predictive_positive(s.cavity_mean, s.cavity_var) for s in solutions]
+        [
+            lik.predictive_positive(s.cavity_mean, s.cavity_var)
+            for lik, s in zip(likelihood, solutions)
+        ]
     )
     loo_proba = positive_to_proba(positive)
     loo_labels = classes[np.argmax(loo_proba, axis=1)]
