@@ -5,6 +5,11 @@ line it prints comes from :class:`sklearn_meanfield._progress.ProgressReporter`
 (the reporter's calls are recorded and must account for every printed line:
 no ad-hoc prints); with ``verbose=0`` nothing is printed.  The TAP estimators
 report every mean-field sweep at ``verbose=2``.
+
+The estimators that speak scikit-learn's callback API (BetheRBM, the HMC and
+ensemble regressors, the TAP perceptron) show callbacks a task tree whose
+counts match the fitted model, give the same result with and without
+callbacks, and stop early where they can.
 """
 
 import io
@@ -276,8 +281,8 @@ def _task_path(context):
 class _StopAt:
     """Picklable stop rule: True at the end of a task with this name and path.
 
-    ``ids`` are the task ids from below the root down to the task (None
-    matches any id); ``min_id`` asks from that id of the last level on.
+    ``parent_ids`` are the ids of the task's ancestors below the root (None
+    matches any); the task's own id must be at least ``min_id``.
     """
 
     def __init__(self, task_name, parent_ids=(), min_id=0):
@@ -541,3 +546,68 @@ def test_perceptron_restarts_are_callback_subtasks_and_stop_is_ignored(n_jobs):
         # each sweeping at least once.
         assert len(tree[restarts + (("restart", r),)]) >= 5
     _perceptron_fitted_equal(model, plain)
+
+
+# One small fit of each estimator that speaks callbacks, with the name of the
+# subtasks of its fit and how many it must have.
+def _parallel_cases():
+    X, y = _regression_data()
+    Xc, yc = _data(TAPPerceptronClassifier())
+    return {
+        "HMCNetworkRegressor": (_hmc(n_chains=2), X, y, "chain", 2),
+        "EnsembleLearningRegressor": (_ensemble(max_iter=2), X, y, "restart", 2),
+        "TAPPerceptronClassifier": (
+            TAPPerceptronClassifier(random_state=0),
+            Xc,
+            yc,
+            "problem",
+            1,
+        ),
+    }
+
+
+PARALLEL = [
+    "HMCNetworkRegressor",
+    "EnsembleLearningRegressor",
+    "TAPPerceptronClassifier",
+]
+
+
+@pytest.mark.parametrize("name", PARALLEL)
+def test_progress_bar_runs_across_worker_processes(name, capsys):
+    callback = _callback_api()
+    pytest.importorskip("rich")  # ProgressBar draws with rich
+    model, X, y, _, _ = _parallel_cases()[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        plain = clone(model).fit(X, y)
+        shown = clone(model).set_params(n_jobs=2)
+        shown.set_callbacks(callback.ProgressBar()).fit(X, y)
+    out = capsys.readouterr().out
+    assert f"{name} - fit" in out
+    np.testing.assert_array_equal(shown.predict(X), plain.predict(X))
+
+
+class _AutoPropagatedTreeRecorder(_TreeRecorder):
+    """Propagated by meta-estimators to the estimators they fit."""
+
+    max_propagation_depth = None
+
+
+@pytest.mark.parametrize("name", PARALLEL)
+def test_callbacks_propagate_from_a_pipeline(name):
+    _callback_api()
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    model, X, y, subtask, n_subtasks = _parallel_cases()[name]
+    recorder = _AutoPropagatedTreeRecorder()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        pipeline = make_pipeline(StandardScaler(), clone(model).set_params(n_jobs=2))
+        pipeline.set_callbacks(recorder).fit(X, y)
+    tree = recorder.tree()
+    # The pipeline's second step is the estimator's fit, merged into the
+    # pipeline's tree with the estimator's own subtasks below it.
+    assert tree[ROOT] == [("fit", 0), ("fit", 1)]
+    assert tree[ROOT + (("fit", 1),)] == [(subtask, k) for k in range(n_subtasks)]
