@@ -368,7 +368,7 @@ class TAPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         it needs an ``optimizer``.  Data with flipped labels get
         better-calibrated probabilities from it (held-out log-loss 0.2145
         instead of 0.2309 on the benchmark's 1000 points with 5% flips), at
-        about twice the fit time.
+        2-4 times the fit time.
     method : {"tap", "naive"}, default="tap"
         ``"tap"``: adaptive TAP (with the Onsager reaction term); ``"naive"``:
         naive mean field, whose cavity variance is the prior variance.  The
