@@ -548,6 +548,49 @@ def test_perceptron_restarts_are_callback_subtasks_and_stop_is_ignored(n_jobs):
     _perceptron_fitted_equal(model, plain)
 
 
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_gpc_runs_evaluations_and_sweeps_are_callback_subtasks(n_jobs, capsys):
+    _callback_api()
+    X, y = make_classification(
+        n_samples=45,
+        n_features=4,
+        n_informative=3,
+        n_redundant=0,
+        n_classes=3,
+        n_clusters_per_class=1,
+        random_state=0,
+    )
+    params = dict(n_restarts_optimizer=1, random_state=0)
+    plain = TAPGaussianProcessClassifier(**params, n_jobs=1).fit(X, y)
+    recorder = _TreeRecorder(_StopAt("sweep"))  # stop requests are ignored
+    model = TAPGaussianProcessClassifier(**params, n_jobs=n_jobs, verbose=2)
+    model.set_callbacks(recorder).fit(X, y)
+    printed = _sweep_lines(capsys.readouterr().out)
+    tree = recorder.tree()
+    assert tree[ROOT] == [("problem", k) for k in range(3)]
+    final_sweeps = []
+    for k in range(3):
+        problem = ROOT + (("problem", k),)
+        assert tree[problem] == [
+            ("optimiser run", 0),
+            ("optimiser run", 1),
+            ("solve", 2),
+        ]
+        for run in range(2):
+            evaluations = tree[problem + (("optimiser run", run),)]
+            assert evaluations == [("evaluation", i) for i in range(len(evaluations))]
+            assert len(evaluations) >= 2
+        solve = tree[problem + (("solve", 2),)]
+        assert solve == [("sweep", i) for i in range(len(solve))]
+        final_sweeps.append(len(solve))
+    assert max(final_sweeps) == model.n_iter_
+    if n_jobs == 1:  # workers' prints do not reach capsys
+        # One step per sweep of the final solves: as printed at verbose=2.
+        assert sum(final_sweeps) == len(printed)
+    np.testing.assert_array_equal(model.predict_proba(X), plain.predict_proba(X))
+    np.testing.assert_array_equal(model.loo_proba_, plain.loo_proba_)
+
+
 # One small fit of each estimator that speaks callbacks, with the name of the
 # subtasks of its fit and how many it must have.
 def _parallel_cases():
@@ -563,6 +606,13 @@ def _parallel_cases():
             "problem",
             1,
         ),
+        "TAPGaussianProcessClassifier": (
+            TAPGaussianProcessClassifier(random_state=0),
+            Xc,
+            yc,
+            "problem",
+            1,
+        ),
     }
 
 
@@ -570,6 +620,7 @@ PARALLEL = [
     "HMCNetworkRegressor",
     "EnsembleLearningRegressor",
     "TAPPerceptronClassifier",
+    "TAPGaussianProcessClassifier",
 ]
 
 

@@ -21,7 +21,12 @@ from .._parallel import (
     select_best,
     single_blas_thread_if_small,
 )
-from .._progress import ProgressReporter
+from .._progress import (
+    CallbackSupportMixin,
+    CallbackTask,
+    ProgressReporter,
+    fit_progress,
+)
 from ._core import (
     KernelPosterior,
     PriorVariance,
@@ -209,12 +214,23 @@ def _extrapolate_sites(history, theta):
     }
 
 
-def _optimize_from(initial_theta, X, t, kernel, config):
+def _optimize_from(initial_theta, X, t, kernel, config, task=None):
     """One optimiser run from ``initial_theta``; EP warm-starts along the path.
 
     Returns the optimum, its negative log evidence and the sites of the best
-    evaluation (a warm start for the final solve).
+    evaluation (a warm start for the final solve).  ``task`` (a
+    :class:`~sklearn_meanfield._progress.CallbackTask`) gets a step per
+    evidence evaluation.
     """
+    task = CallbackTask() if task is None else task
+    task.begin()
+    try:
+        return _run_optimizer(initial_theta, X, t, kernel, config, task)
+    finally:
+        task.end()
+
+
+def _run_optimizer(initial_theta, X, t, kernel, config, task):
     history = []  # (theta, tau, nu) of the last two evaluations
     state = {"tol": _LOOSEST_TOL, "best": np.inf, "sites": {}}
 
@@ -233,6 +249,7 @@ def _optimize_from(initial_theta, X, t, kernel, config):
         if -value < state["best"]:
             state["best"] = -value
             state["sites"] = {"tau": warm["tau"], "nu": warm["nu"]}
+        task.step("evaluation")
         if eval_gradient:
             return -value, -gradient
         return -value
@@ -254,19 +271,31 @@ def _optimize_from(initial_theta, X, t, kernel, config):
     return np.asarray(theta, dtype=float), float(value), state["sites"]
 
 
-def _fit_binary(X, t, kernel, config, seed, n_jobs):
-    """Fit one binary problem, on one BLAS thread when the kernel is small."""
+def _fit_binary(X, t, kernel, config, seed, n_jobs, task=None):
+    """Fit one binary problem, on one BLAS thread when the kernel is small.
+
+    ``task`` (a :class:`~sklearn_meanfield._progress.CallbackTask`) is the
+    problem's callback task: its subtasks are the optimiser runs (a step per
+    evidence evaluation) and the final solve (a step per sweep).
+    """
+    reporter = ProgressReporter(
+        config["verbose"], "TAPGaussianProcessClassifier", task=task
+    )
+    reporter.task.begin()
     with single_blas_thread_if_small(len(X)):
-        return _fit_binary_on_current_threads(X, t, kernel, config, seed, n_jobs)
+        problem = _fit_binary_on_current_threads(
+            X, t, kernel, config, seed, n_jobs, reporter
+        )
+    reporter.task.end()
+    return problem
 
 
-def _fit_binary_on_current_threads(X, t, kernel, config, seed, n_jobs):
+def _fit_binary_on_current_threads(X, t, kernel, config, seed, n_jobs, reporter):
     """Fit one binary problem: hyperparameters, then the mean-field solution.
 
     A pure function of its arguments (and ``seed``), so one-vs-rest problems
     and restarts can run on any joblib backend with identical results.
     """
-    reporter = ProgressReporter(config["verbose"], "TAPGaussianProcessClassifier")
     if config["optimizer"] is not None and (
         kernel.n_dims > 0 or _learns_label_noise(config)
     ):
@@ -280,9 +309,13 @@ def _fit_binary_on_current_threads(X, t, kernel, config, seed, n_jobs):
             )
         for _ in range(config["n_restarts_optimizer"]):
             starts.append(rng.uniform(bounds[:, 0], bounds[:, 1]))
+        run_tasks = reporter.task.subtasks(len(starts), "optimiser run", max_steps=None)
         runs = run_parallel(
             _optimize_from,
-            [(theta0, X, t, kernel, config) for theta0 in starts],
+            [
+                (theta0, X, t, kernel, config, run_task)
+                for theta0, run_task in zip(starts, run_tasks)
+            ],
             n_jobs=n_jobs,
         )
         index, (theta, value, sites) = select_best(runs, key=lambda run: -run[1])
@@ -299,7 +332,14 @@ def _fit_binary_on_current_threads(X, t, kernel, config, seed, n_jobs):
         sites = None
 
     K = kernel(X)
-    ep = _solve(K, t, config, sites, reporter=reporter)
+    solve = ProgressReporter(
+        config["verbose"],
+        reporter.prefix,
+        task=reporter.task.subtask("solve", max_steps=None),
+    )
+    solve.task.begin()
+    sweeps = solve.steps_at(2, "sweep")
+    ep = _solve(K, t, config, sites, reporter=sweeps)
     if config["method"] == "naive":
         likelihood = make_likelihood(config["likelihood"], config["label_noise"])
         solution = mean_field_iteration(
@@ -310,10 +350,11 @@ def _fit_binary_on_current_threads(X, t, kernel, config, seed, n_jobs):
             max_iter=config["max_iter"],
             tol=config["tol"],
             damping=min(config["damping"], 0.2),
-            reporter=reporter,
+            reporter=sweeps,
         )
     else:
         solution = ep
+    solve.task.end()
     if not solution.converged:
         warnings.warn(
             f"The {config['method']} mean-field equations did not converge in "
@@ -331,7 +372,9 @@ def _fit_binary_on_current_threads(X, t, kernel, config, seed, n_jobs):
     }
 
 
-class TAPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
+class TAPGaussianProcessClassifier(
+    CallbackSupportMixin, ClassifierMixin, BaseEstimator
+):
     """Gaussian-process classification by adaptive TAP mean-field theory.
 
     The posterior over the latent function is approximated by Opper and
@@ -397,7 +440,14 @@ class TAPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
         Draws the restarts' starting points.  The same value gives the same
         model for any ``n_jobs`` and backend.
     verbose : int, default=0
-        1 reports optimiser results.
+        1 reports optimiser results, 2 every mean-field sweep.  With
+        scikit-learn >= 1.9, ``set_callbacks`` (e.g.
+        ``sklearn.callback.ProgressBar()``) also follows the fit: one subtask
+        per one-vs-rest problem (one with two classes), run in its worker,
+        holding one subtask per optimiser run (a step per evidence
+        evaluation) and a "solve" subtask whose steps are the sweeps.  A
+        callback's request to stop is ignored: an evidence optimum or a
+        mean-field solution stopped halfway is not a usable model.
 
     Attributes
     ----------
@@ -566,19 +616,31 @@ class TAPGaussianProcessClassifier(ClassifierMixin, BaseEstimator):
 
         targets = one_vs_rest_targets(y_index, n_classes)
         seeds = draw_seeds(rng, len(targets))
-        if len(targets) == 1:
-            problems = [
-                _fit_binary(X, targets[0], kernel, config, int(seeds[0]), self.n_jobs)
-            ]
-        else:
-            problems = run_parallel(
-                _fit_binary,
-                [
-                    (X, t, kernel, config, int(seed), 1)
-                    for t, seed in zip(targets, seeds)
-                ],
-                n_jobs=self.n_jobs,
-            )
+        with fit_progress(
+            self, self.verbose, max_steps=len(targets), X=X, y=y
+        ) as reporter:
+            tasks = reporter.task.subtasks(len(targets), "problem", max_steps=None)
+            if len(targets) == 1:
+                problems = [
+                    _fit_binary(
+                        X,
+                        targets[0],
+                        kernel,
+                        config,
+                        int(seeds[0]),
+                        self.n_jobs,
+                        tasks[0],
+                    )
+                ]
+            else:
+                problems = run_parallel(
+                    _fit_binary,
+                    [
+                        (X, t, kernel, config, int(seed), 1, task)
+                        for t, seed, task in zip(targets, seeds, tasks)
+                    ],
+                    n_jobs=self.n_jobs,
+                )
         self.X_train_ = X
         self._problems = problems
         self._targets = targets
