@@ -341,7 +341,7 @@ class ProgressReporter:
         --------
         >>> from sklearn_meanfield._progress import ProgressReporter
         >>> sweeps = ProgressReporter(verbose=2, prefix="Demo").steps_at(2, "sweep")
-        >>> sweeps(2, "sweep %d", 1)  # doctest: +ELLIPSIS
+        >>> stop = sweeps(2, "sweep %d", 1)  # doctest: +ELLIPSIS
         [Demo] sweep 1 (...s)
         """
         return _StepsAtLevel(self, level, task_name)
