@@ -540,17 +540,19 @@ def expectation_propagation(
     n = posterior.n
     tau = np.zeros(n) if tau is None else np.array(tau, dtype=float)
     nu = np.zeros(n) if nu is None else np.array(nu, dtype=float)
-    starts = [(tau, nu)]
+    warm_starts = [(tau, nu)]
     if fallback is not None:
-        starts.append(tuple(np.array(sites, dtype=float) for sites in fallback))
-    starts.append((np.zeros(n), np.zeros(n)))
-    for tau, nu in starts:
+        warm_starts.append(tuple(np.array(sites, dtype=float) for sites in fallback))
+    for tau, nu in warm_starts:
         try:
             solution = posterior.solve(tau, nu)
-            if np.all(solution.var > 0):
-                break
         except LinAlgError:  # an invalid warm start: try the next one
             continue
+        if np.all(solution.var > 0):
+            break
+    else:  # no valid warm start: start afresh from the prior
+        tau, nu = np.zeros(n), np.zeros(n)
+        solution = posterior.solve(tau, nu)
 
     best = None
     previous_residual = np.inf
