@@ -158,6 +158,31 @@ def _converged(scores, tol, n_samples):
     return scores[-1] - scores[-2] <= tol * max(abs(scores[-1]), n_samples)
 
 
+def _end_iteration(reporter, scores, tol, n_samples, message, *args):
+    """Report a finished iteration; ``(converged, stopped)`` end its loop.
+
+    A callback's stop request counts only when the bound has not converged.
+    """
+    stopped = reporter.step(1, message, *args, task_name="iteration")
+    if _converged(scores, tol, n_samples):
+        return True, False
+    return False, bool(stopped)
+
+
+def _phase_result(theta, alpha, lam, scores, n_iter, converged, stopped):
+    """What both optimisation phases return to :func:`fit_restart`."""
+    return dict(
+        theta=theta,
+        alpha=alpha,
+        lam_groups=lam,
+        scores=np.asarray(scores),
+        n_iter=n_iter,
+        converged=converged,
+        stopped=stopped,
+        bound=scores[-1],
+    )
+
+
 def fit_restart(
     X1,
     T,
@@ -340,30 +365,20 @@ def _natural_gradient(X1, T, shape, groups, theta, alpha, lam, reporter, setting
             value, stats, alpha, lam, groups, relax, previous, max_precision
         )
         scores.append(-value)
-        stopped = reporter.step(
-            1,
+        converged, stopped = _end_iteration(
+            reporter,
+            scores,
+            tol,
+            n,
             "iteration %d: bound %.4f (step %.3g, relaxation %g)",
             n_iter,
             -value,
             step,
             relax,
-            task_name="iteration",
         )
-        if _converged(scores, tol, n):
-            converged, stopped = True, False
+        if converged or stopped:
             break
-        if stopped:
-            break
-    return dict(
-        theta=theta,
-        alpha=alpha,
-        lam_groups=lam,
-        scores=np.asarray(scores),
-        n_iter=n_iter,
-        converged=converged,
-        stopped=stopped,
-        bound=scores[-1],
-    )
+    return _phase_result(theta, alpha, lam, scores, n_iter, converged, stopped)
 
 
 def _lbfgs_phases(X1, T, shape, groups, theta, alpha, lam, reporter, settings):
@@ -414,21 +429,9 @@ def _lbfgs_phases(X1, T, shape, groups, theta, alpha, lam, reporter, settings):
         )
         alpha, lam = new_alpha, new_lam
         scores.append(-value)
-        stopped = reporter.step(
-            1, "iteration %d: bound %.4f", n_iter, -value, task_name="iteration"
+        converged, stopped = _end_iteration(
+            reporter, scores, tol, n, "iteration %d: bound %.4f", n_iter, -value
         )
-        if _converged(scores, tol, n):
-            converged, stopped = True, False
+        if converged or stopped:
             break
-        if stopped:
-            break
-    return dict(
-        theta=theta,
-        alpha=alpha,
-        lam_groups=lam,
-        scores=np.asarray(scores),
-        n_iter=n_iter,
-        converged=converged,
-        stopped=stopped,
-        bound=scores[-1],
-    )
+    return _phase_result(theta, alpha, lam, scores, n_iter, converged, stopped)
