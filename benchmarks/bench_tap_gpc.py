@@ -132,15 +132,21 @@ def timed(func, *args):
     return result, time.perf_counter() - start, time.process_time() - start_cpu
 
 
+def held_out_scores(model, proba, y_test):
+    """Log-loss and error of the predicted probabilities on the held-out part."""
+    return {
+        "logloss": log_loss(y_test, proba, labels=model.classes_),
+        "error": float(np.mean(model.classes_[np.argmax(proba, axis=1)] != y_test)),
+    }
+
+
 def measure_optimised(make_model, X, y, X_test, y_test):
     """Optimised fit only: times, held-out scores and the learned label noise."""
     model, t_opt, c_opt = timed(make_model("fmin_l_bfgs_b").fit, X, y)
-    proba = model.predict_proba(X_test)
     return {
         "opt": t_opt,
         "opt_cpu": c_opt,
-        "logloss": log_loss(y_test, proba, labels=model.classes_),
-        "error": float(np.mean(model.classes_[np.argmax(proba, axis=1)] != y_test)),
+        **held_out_scores(model, model.predict_proba(X_test), y_test),
         "noise": model.label_noise_,
     }
 
@@ -159,15 +165,13 @@ def measure(make_model, X, y, X_test, y_test, name, fixed_only=False):
         flush=True,
     )
     proba, t_pred, _ = timed(model.predict_proba, X_test)
-    error = float(np.mean(model.classes_[np.argmax(proba, axis=1)] != y_test))
     return {
         "fixed": t_fixed,
         "fixed_cpu": c_fixed,
         "opt": t_opt,
         "opt_cpu": c_opt,
         "pred": t_pred,
-        "logloss": log_loss(y_test, proba, labels=model.classes_),
-        "error": error,
+        **held_out_scores(model, proba, y_test),
         "loo": getattr(model, "loo_error_", np.nan),
         "kernel": model.kernel_,
     }
