@@ -19,10 +19,15 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from sklearn_meanfield import TAPGaussianProcessClassifier
-from sklearn_meanfield.tap._core import KernelPosterior, expectation_propagation
+from sklearn_meanfield.tap._core import (
+    KernelPosterior,
+    _AndersonMixing,
+    expectation_propagation,
+)
 from sklearn_meanfield.tap._likelihoods import (
     GaussianLikelihood,
     NoisyStepLikelihood,
+    make_likelihood,
 )
 from sklearn_meanfield.tap.gpc import LABEL_NOISE_BOUNDS, check_kernel_memory
 
@@ -166,6 +171,56 @@ def test_label_noise_keeps_negative_site_precisions():
     tilted_var = solution.cavity_var - solution.cavity_var**2 * second
     np.testing.assert_allclose(solution.mean, tilted_mean, atol=1e-6)
     np.testing.assert_allclose(solution.var, tilted_var, rtol=1e-5)
+
+
+def test_anderson_mixing_solves_a_linear_fixed_point_exactly():
+    # On a linear map x -> A x + b Anderson acceleration is GMRES in disguise:
+    # with a memory of the dimension it lands on (I - A)^-1 b once the history
+    # spans the space (Walker and Ni 2011), where the plain iteration, whose
+    # contraction is 0.9, is still far off.
+    rng = np.random.RandomState(0)
+    Q, _ = np.linalg.qr(rng.randn(4, 4))
+    A = Q @ np.diag([0.9, -0.7, 0.5, 0.2]) @ Q.T
+    b = rng.randn(4)
+    exact = np.linalg.solve(np.eye(4) - A, b)
+    mixing = _AndersonMixing(memory=4)
+    x = np.zeros(4)
+    iterates = []
+    for _ in range(6):
+        proposal = mixing.propose(x, A @ x + b - x, np.ones(4))
+        x = A @ x + b if proposal is None else proposal
+        iterates.append(x)
+    np.testing.assert_allclose(iterates[4], exact, rtol=1e-9, atol=1e-12)
+    plain = np.zeros(4)
+    for _ in range(6):
+        plain = A @ plain + b
+    assert np.linalg.norm(plain - exact) > 0.1
+
+
+@pytest.mark.parametrize("likelihood", ["probit", "noisy step"])
+def test_anderson_acceleration_reaches_the_damped_fixed_point_sooner(likelihood):
+    X, y = _noisy_labels(120, 4, flip=0.15)
+    K = (C(9.0) * RBF(0.7))(X)
+    t = 2.0 * y - 1
+    likelihood = (
+        NoisyStepLikelihood(0.15, 0.0)
+        if likelihood == "noisy step"
+        else make_likelihood("probit", 0.0)
+    )
+    runs = [
+        expectation_propagation(
+            KernelPosterior(K), t, likelihood, tol=1e-9, anderson_memory=memory
+        )
+        for memory in (0, 3)
+    ]
+    plain, accelerated = runs
+    assert plain.converged and accelerated.converged
+    assert accelerated.n_iter < 0.8 * plain.n_iter
+    np.testing.assert_allclose(accelerated.mean, plain.mean, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(accelerated.var, plain.var, rtol=1e-6)
+    np.testing.assert_allclose(accelerated.cavity_var, plain.cavity_var, rtol=1e-6)
+    assert accelerated.log_evidence == pytest.approx(plain.log_evidence, abs=1e-8)
+    assert np.any(accelerated.tau < 0) == np.any(plain.tau < 0)
 
 
 @pytest.mark.parametrize("n_negative", [0, 1, 6, 20])

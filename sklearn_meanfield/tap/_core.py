@@ -455,6 +455,57 @@ def _cavities(solution, tau, nu):
     return cavity_tau, cavity_nu
 
 
+# Anderson acceleration is used once the residual is below this: far from the
+# fixed point (a cold start on a hard problem) its extrapolations overshoot,
+# while the damped iteration makes steady progress there.
+_ANDERSON_MAX_RESIDUAL = 0.5
+
+
+class _AndersonMixing:
+    """Anderson acceleration of the EP fixed-point map ``sites -> new sites``.
+
+    Keeps the last ``memory`` differences of the iterates ``x`` and of their
+    proposed changes ``f = g(x) - x`` and proposes the combination of past
+    iterates whose changes cancel best (Walker and Ni's type-II form with
+    mixing 1), in the coordinates of the residual (site precisions times the
+    posterior variance, precision-means times its square root) so that no
+    handful of near-hard-constraint sites dominates the least squares.  On the
+    benchmark of ``benchmarks/bench_tap_gpc.py`` it saves a quarter to a third
+    of the sweeps of the damped iteration (more with label noise, whose
+    negative sites slow the damped iteration down).
+
+    References
+    ----------
+    .. [1] H. F. Walker and P. Ni, "Anderson acceleration for fixed-point
+       iterations", SIAM J. Numer. Anal. 49(4), 1715-1735, 2011.
+    """
+
+    def __init__(self, memory):
+        self.memory = memory
+        self.iterates = []
+        self.changes = []
+
+    def restart(self):
+        """Forget all but the last sweep."""
+        del self.iterates[:-1], self.changes[:-1]
+
+    def propose(self, x, change, weights):
+        """The accelerated next iterate, or None while the history is short."""
+        self.iterates.append(x)
+        self.changes.append(change)
+        if len(self.iterates) > self.memory + 1:
+            del self.iterates[0], self.changes[0]
+        if len(self.iterates) < 2:
+            return None
+        d_iterates = np.diff(self.iterates, axis=0).T
+        d_changes = np.diff(self.changes, axis=0).T
+        gamma = np.linalg.lstsq(
+            d_changes * weights[:, None], change * weights, rcond=1e-10
+        )[0]
+        proposal = x + change - (d_iterates + d_changes) @ gamma
+        return proposal if np.all(np.isfinite(proposal)) else None
+
+
 def expectation_propagation(
     posterior,
     t,
@@ -470,13 +521,16 @@ def expectation_propagation(
     site_steps=False,
     patience=None,
     fallback=None,
+    anderson_memory=3,
 ):
     """Solve the adaptive TAP / EP equations with parallel damped updates.
 
     All sites are updated at once from their cavities, then the posterior is
     recomputed with one Cholesky factorisation (``O(n^3)`` BLAS work a sweep).
-    The step is halved whenever the new sites would make the posterior
-    improper, and the damping is tightened when the residual grows
+    Each sweep first tries the Anderson-accelerated sites (a least-squares
+    combination of the last few sweeps); when they would make the posterior
+    improper, the damped step is taken instead, halved until the posterior
+    is proper, and the damping is tightened when the residual grows
     (oscillation).  The iterate with the smallest residual is kept.
 
     Parameters
@@ -516,6 +570,9 @@ def expectation_propagation(
         Sites ``(tau, nu)`` to start from when the warm start ``tau, nu``
         makes the posterior improper (an extrapolated warm start may); after
         them, zero sites.
+    anderson_memory : int, default=3
+        Number of past sweeps the Anderson acceleration combines; 0 gives
+        the plain damped iteration.  Not used with ``site_steps``.
 
     Returns
     -------
@@ -559,6 +616,8 @@ def expectation_propagation(
     step = float(damping)
     steps = np.full(n, step) if site_steps else None
     last_change = np.zeros((2, n))
+    mixing = _AndersonMixing(anderson_memory) if anderson_memory > 0 else None
+    accelerated_last = False
     halved_at = (np.inf, 0)  # (residual, sweep) when the best last halved
     converged = False
     for n_iter in range(1, max_iter + 1):
@@ -584,7 +643,9 @@ def expectation_propagation(
             break
         if patience is not None and n_iter - halved_at[1] > patience:
             break
-        step = _next_step(step, residual, previous_residual, damping)
+        growing = residual > previous_residual
+        if not accelerated_last:  # an extrapolation's overshoot is no oscillation
+            step = _next_step(step, residual, previous_residual, damping)
         previous_residual = residual
         if site_steps:
             change = np.stack([new_tau - tau, new_nu - nu])
@@ -596,20 +657,25 @@ def expectation_propagation(
             )
             last_change = change
 
+        trial = None
+        if mixing is not None and not site_steps:
+            accelerated = _accelerated(mixing, solution, tau, nu, new_tau, new_nu)
+            # Far from the fixed point (a cold start) or after a growing
+            # residual the history misleads: damp, and start it afresh.
+            if growing or residual > _ANDERSON_MAX_RESIDUAL:
+                mixing.restart()
+            elif accelerated is not None:
+                trial_tau, trial_nu = accelerated
+                trial = _proper_solution(posterior, trial_tau, trial_nu)
+                if trial is None:
+                    mixing.restart()
+        accelerated_last = trial is not None
         trial_step = steps if site_steps else step
-        while True:
+        while trial is None and np.max(trial_step) >= 1e-4:
             trial_tau = tau + trial_step * (new_tau - tau)
             trial_nu = nu + trial_step * (new_nu - nu)
-            try:
-                trial = posterior.solve(trial_tau, trial_nu)
-                if np.all(trial.var > 0) and np.all(np.isfinite(trial.mean)):
-                    break
-            except LinAlgError:
-                pass
+            trial = _proper_solution(posterior, trial_tau, trial_nu)
             trial_step = 0.5 * trial_step
-            if np.max(trial_step) < 1e-4:
-                trial = None
-                break
         if trial is None:
             break
         tau, nu, solution = trial_tau, trial_nu, trial
@@ -617,6 +683,43 @@ def expectation_propagation(
     if not converged:
         _, tau, nu, solution = best
     return _finish(solution, tau, nu, t, likelihood, n_iter, converged)
+
+
+def _proper_solution(posterior, tau, nu):
+    """The posterior for sites ``(tau, nu)``, or None when it is improper."""
+    try:
+        solution = posterior.solve(tau, nu)
+    except LinAlgError:
+        return None
+    if np.all(solution.var > 0) and np.all(np.isfinite(solution.mean)):
+        return solution
+    return None
+
+
+def _accelerated(mixing, solution, tau, nu, new_tau, new_nu):
+    """Anderson-accelerated sites (None while the history is too short), each
+    site precision kept on its target's side of zero.
+
+    A site precision whose sign the extrapolation would flip (a log-concave
+    likelihood's site made negative, a label-noise site made positive) takes
+    its moment-matched target instead: such a flip would only be undone by the
+    next sweep, and negative precisions cost a slower factorisation.
+    """
+    n = len(tau)
+    var = solution.var
+    proposal = mixing.propose(
+        np.concatenate([tau, nu]),
+        np.concatenate([new_tau - tau, new_nu - nu]),
+        np.concatenate([var, np.sqrt(var)]),
+    )
+    if proposal is None:
+        return None
+    accelerated_tau, accelerated_nu = proposal[:n], proposal[n:]
+    flipped = accelerated_tau * new_tau < 0
+    return (
+        np.where(flipped, new_tau, accelerated_tau),
+        np.where(flipped, new_nu, accelerated_nu),
+    )
 
 
 # The tilted variance (cavity variance times 1 - v b) is kept above this share of
