@@ -18,16 +18,15 @@ Fit times are wall-clock seconds of a single fit (``n_jobs=1`` for both).
 Run: ``python benchmarks/bench_tap_perceptron.py [--quick]`` (``--quick`` drops
 the m = 100,000 case).
 
-Measured 2026-11-22 23:25 UTC (numpy 2.4.6, scipy 1.17.1, scikit-learn 1.9.1,
-2 CPUs shared with other jobs, load average 12.5, so absolute times are
-inflated and vary by 2-4x between runs; the ratio is measured in one
-process)::
+Measured 2026-11-23 02:22 UTC (numpy 2.4.6, scipy 1.17.1, scikit-learn 1.9.1,
+2 CPUs, load average 0.2; EP sweeps Anderson-accelerated, which cut the
+sweeps from 22/43/54/12 to the counts below)::
 
   m       N     space   ours s   LR s   ratio  ours err  LR err  LOO     iter  conv
-  100     50    weight   0.058  0.295     0.2  0.2124    0.2434  0.1700    22  yes
-  1000    50    weight   0.175  0.141     1.2  0.0260    0.0520  0.0750    43  yes
-  100000  50    weight   9.596  0.664    14.5  0.0010    0.0068  0.0495    54  yes
-  500     2000  dual     0.226  0.563     0.4  0.3668    0.3720  0.4460    12  yes
+  100     50    weight   0.024  0.005     4.9  0.2124    0.2434  0.1700    14  yes
+  1000    50    weight   0.047  0.007     6.4  0.0260    0.0520  0.0750    21  yes
+  100000  50    weight   2.482  0.105    23.7  0.0010    0.0068  0.0495    33  yes
+  500     2000  dual     0.056  0.055     1.0  0.3668    0.3720  0.4460     7  yes
 
 The first session's run (load about 6) took 99.7 s for m = 100,000 with
 ``n_restarts=0, max_iter=100``; a weight-space sweep there is now two blocked
