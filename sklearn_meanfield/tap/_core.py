@@ -107,9 +107,21 @@ class _PositiveSiteSolution:
         return np.einsum("ij,ij->j", U, U)
 
     def site_correction(self):
-        """``S - S Sigma S = S^1/2 B^-1 S^1/2``, free of cancellation."""
-        scaled = self._chol_inv * self._sqrt_tau[None, :]
-        return scaled.T @ scaled
+        """``S - S Sigma S = S^1/2 B^-1 S^1/2``, free of cancellation.
+
+        ``A = L^-1 S^1/2`` is lower triangular, so ``A^T A`` is LAPACK's
+        ``lauum`` (``n^3 / 3`` flops, half the time of a general product at
+        n = 1000-2000), which fills the lower triangle; the upper one is its
+        mirror.
+        """
+        n = len(self._sqrt_tau)
+        scaled = self._chol_inv * self._sqrt_tau[None, :]  # lower, zero above
+        correction, info = lapack.dlauum(scaled, lower=1, overwrite_c=1)
+        if info != 0:
+            raise LinAlgError(f"lauum failed (info={info})")
+        correction += correction.T
+        correction.flat[:: n + 1] *= 0.5
+        return correction
 
     def release(self):
         """Nothing to drop: ``L^-1`` is what prediction needs."""
