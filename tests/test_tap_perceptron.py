@@ -139,6 +139,34 @@ def test_power_ep_fallback_converges_where_plain_ep_stalls():
     )
 
 
+def test_anderson_overshoot_is_undone():
+    # Logistic labels fitted with a noisy step: here an accelerated sweep
+    # overshoots (residual 0.4 -> 0.8, then up to 1e2 when the extrapolation
+    # is kept: 68 sweeps against the damped iteration's 45).  Undoing a sweep
+    # that more than doubles the residual keeps the acceleration from ever
+    # costing sweeps; both reach the same fixed point.
+    rng = np.random.RandomState(1)
+    X = rng.normal(size=(500, 50))
+    teacher = rng.normal(size=50) / np.sqrt(50)
+    y = rng.rand(500) < 1.0 / (1.0 + np.exp(-3.0 * X @ teacher))
+    Phi, t = X / np.sqrt(50), np.where(y, 1.0, -1.0)
+    runs = [
+        expectation_propagation(
+            WeightSpacePosterior(Phi),
+            t,
+            NoisyStepLikelihood(0.05),
+            tol=1e-6,
+            anderson_memory=memory,
+        )
+        for memory in (0, 3)
+    ]
+    damped, accelerated = runs
+    assert damped.converged and accelerated.converged
+    assert accelerated.n_iter <= damped.n_iter
+    np.testing.assert_allclose(accelerated.mean, damped.mean, atol=1e-5)
+    np.testing.assert_allclose(accelerated.var, damped.var, rtol=1e-5)
+
+
 def test_powered_noisy_step_is_a_noisy_step():
     # (k + (1 - 2k) Theta)**e = c (k' + (1 - 2k') Theta) with the same c on
     # both sides of the step.

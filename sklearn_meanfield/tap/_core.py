@@ -471,6 +471,12 @@ def _cavities(solution, tau, nu):
 # fixed point (a cold start on a hard problem) its extrapolations overshoot,
 # while the damped iteration makes steady progress there.
 _ANDERSON_MAX_RESIDUAL = 0.5
+# An accelerated sweep that multiplies the residual by more than this is
+# undone and replaced by the damped step (a logistic-label perceptron went
+# from residual 0.4 to 1e2 otherwise).  Smaller increases are kept: with label
+# noise the accelerated residual is not monotone but still falls fastest
+# (GPC benchmark, n=500: 153 sweeps; 193 when every increase is undone).
+_ANDERSON_REJECT_RATIO = 2.0
 
 
 class _AndersonMixing:
@@ -542,10 +548,11 @@ def expectation_propagation(
     recomputed with one Cholesky factorisation (``O(n^3)`` BLAS work a sweep).
     Once the residual is below 0.5, each sweep first tries the
     Anderson-accelerated sites (a least-squares combination of the last few
-    sweeps); when they would make the posterior improper or the residual has
-    grown, the damped step is taken instead, halved until the posterior
-    is proper, and the damping is tightened when the residual grows
-    (oscillation).  The iterate with the smallest residual is kept.
+    sweeps); when they would make the posterior improper, or have more than
+    doubled the residual (then they are undone), the damped step is taken
+    instead, halved until the posterior is proper, and the damping is
+    tightened when the residual grows (oscillation).  The iterate with the
+    smallest residual is kept.
 
     Parameters
     ----------
@@ -631,6 +638,7 @@ def expectation_propagation(
     steps = np.full(n, step) if site_steps else None
     last_change = np.zeros((2, n))
     mixing = _AndersonMixing(anderson_memory) if anderson_memory > 0 else None
+    before_acceleration = None  # the state an accelerated sweep started from
     halved_at = (np.inf, 0)  # (residual, sweep) when the best last halved
     converged = False
     for n_iter in range(1, max_iter + 1):
@@ -656,8 +664,18 @@ def expectation_propagation(
             break
         if patience is not None and n_iter - halved_at[1] > patience:
             break
-        growing = residual > previous_residual
-        step = _next_step(step, residual, previous_residual, damping)
+        rejected = (
+            before_acceleration is not None
+            and residual > _ANDERSON_REJECT_RATIO * before_acceleration[0]
+        )
+        if rejected:
+            # The accelerated sweep made things worse: undo it, and take the
+            # damped step from where it started, with a fresh history.
+            residual, tau, nu, solution, new_tau, new_nu = before_acceleration
+            mixing.restart()
+        before_acceleration = None
+        if not rejected:
+            step = _next_step(step, residual, previous_residual, damping)
         previous_residual = residual
         if site_steps:
             change = np.stack([new_tau - tau, new_nu - nu])
@@ -670,17 +688,19 @@ def expectation_propagation(
             last_change = change
 
         trial = None
-        if mixing is not None and not site_steps:
+        if mixing is not None and not site_steps and not rejected:
             accelerated = _accelerated(mixing, solution, tau, nu, new_tau, new_nu)
-            # Far from the fixed point (a cold start) or after a growing
-            # residual the history misleads: damp, and start it afresh.
-            if growing or residual > _ANDERSON_MAX_RESIDUAL:
+            # Far from the fixed point (a cold start) the history misleads:
+            # damp, and start it afresh.
+            if residual > _ANDERSON_MAX_RESIDUAL:
                 mixing.restart()
             elif accelerated is not None:
                 trial_tau, trial_nu = accelerated
                 trial = _proper_solution(posterior, trial_tau, trial_nu)
                 if trial is None:
                     mixing.restart()
+                else:
+                    before_acceleration = (residual, tau, nu, solution, new_tau, new_nu)
         trial_step = steps if site_steps else step
         while trial is None and np.max(trial_step) >= 1e-4:
             trial_tau = tau + trial_step * (new_tau - tau)
