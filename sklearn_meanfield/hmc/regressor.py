@@ -357,7 +357,9 @@ class HMCNetworkRegressor(
             warnings.warn(
                 f"The {n_chains} chains disagree: largest split R-hat "
                 f"{self.rhat_:.3f} > 1.05, for {what} (smallest bulk ESS "
-                f"{self.ess_:.0f}). Increase n_samples, n_warmup or n_leapfrog.",
+                f"{self.ess_:.0f}). Increase n_samples, n_warmup or n_leapfrog "
+                "(chains in different configurations of the network mix "
+                "fastest with longer trajectories).",
                 ConvergenceWarning,
             )
         n_divergent = int(np.sum(self.n_divergent_))
