@@ -195,6 +195,8 @@ def test_anderson_mixing_solves_a_linear_fixed_point_exactly():
     for _ in range(6):
         plain = A @ plain + b
     assert np.linalg.norm(plain - exact) > 0.1
+    # A non-finite change (an overflowed sweep) proposes nothing, raises nothing.
+    assert mixing.propose(x, np.full(4, np.nan), np.ones(4)) is None
 
 
 @pytest.mark.parametrize("likelihood", ["probit", "noisy step"])

@@ -525,7 +525,10 @@ class _AndersonMixing:
         # dense (2n x m) solver costs a sixth of a sweep.
         weighted = np.array(self.d_changes) * weights  # (m, 2n)
         gram = weighted @ weighted.T
-        gamma = np.linalg.lstsq(gram, weighted @ (change * weights), rcond=1e-12)[0]
+        rhs = weighted @ (change * weights)
+        if not (np.all(np.isfinite(gram)) and np.all(np.isfinite(rhs))):
+            return None
+        gamma = np.linalg.lstsq(gram, rhs, rcond=1e-12)[0]
         step = (np.array(self.d_iterates) + np.array(self.d_changes)).T @ gamma
         proposal = x + change - step
         return proposal if np.all(np.isfinite(proposal)) else None
