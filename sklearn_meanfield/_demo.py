@@ -185,9 +185,14 @@ def _cases():
     def mlp(quick):
         from sklearn.neural_network import MLPRegressor
 
+        # L-BFGS, which scikit-learn recommends for small data sets: it
+        # converges here (CV MSE 3478 in 2 s), where adam stops at its
+        # iteration cap with a warning in every fold (4956 after 2000).
         return make_pipeline(
             StandardScaler(),
-            MLPRegressor(hidden_layer_sizes=(8,), max_iter=2000, random_state=0),
+            MLPRegressor(
+                hidden_layer_sizes=(8,), solver="lbfgs", max_iter=5000, random_state=0
+            ),
         )
 
     def bethe_rbm(quick):
