@@ -489,7 +489,7 @@ class _AndersonMixing:
     posterior variance, precision-means times its square root) so that no
     handful of near-hard-constraint sites dominates the least squares.  On the
     data of ``benchmarks/bench_tap_gpc.py`` it saves 17-24% of the damped
-    iteration's sweeps over a probit fit with optimised kernel, and 31-39%
+    iteration's sweeps over a probit fit with optimised kernel, and 31-40%
     with learned label noise, whose negative sites slow the damped iteration
     down.
 
