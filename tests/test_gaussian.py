@@ -108,3 +108,24 @@ def test_gauss_hermite_expectation_broadcasts_and_matches_closed_forms():
     expected = np.exp(log_norm_cdf(mean / np.sqrt(1 + std**2)))
     # Phi is not entire in the scaled variable: Gauss-Hermite converges slower.
     np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "z", np.concatenate([-np.logspace(-3, 12, 46), np.linspace(-200, 40, 49)])
+)
+def test_probit_curvature_matches_mpmath_far_into_the_tail(z):
+    # -d^2 log Phi / dz^2 = nu (nu + z): nu + z cancels for z << 0, where a
+    # diverging naive mean-field run once met curvatures of -3e5 (|z| 1e11),
+    # i.e. negative site precisions under a log-concave likelihood.
+    from sklearn_meanfield.tap._likelihoods import make_likelihood
+
+    with mpmath.workdps(120):  # nu + z cancels some 50 digits at |z| = 1e12
+        ratio = _mp_pdf(z) / _mp_cdf(z)
+        expected = ratio * (ratio + mpmath.mpf(z))
+    # Cavity N(z, 1) and label +1: the probit's z is m / sqrt(1 + v) = z / sqrt 2.
+    _, _, second = make_likelihood("probit", 0.0).moments(
+        np.array([1.0]), np.array([z * np.sqrt(2.0)]), np.array([1.0])
+    )
+    got = 2.0 * second[0]  # second = curvature / (1 + v)
+    assert 0.0 <= got <= 1.0
+    assert _relative_error(got, expected) < 1e-10

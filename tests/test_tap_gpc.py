@@ -564,6 +564,25 @@ def test_non_convergence_warns_and_keeps_a_usable_model():
     assert model.score(X, y) > 0.7
 
 
+def test_diverging_naive_mean_field_still_predicts():
+    # With a strong, smooth kernel on breast cancer the naive iteration
+    # diverges (fields of 1e12).  Its kept iterate once carried negative
+    # site precisions from the probit's cancelling curvature, so there was
+    # no posterior and predict_proba raised AttributeError.
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    kernel = C(15.7**2, "fixed") * RBF(12.9, "fixed")
+    model = TAPGaussianProcessClassifier(kernel, method="naive", optimizer=None)
+    with pytest.warns(ConvergenceWarning, match="naive mean-field equations"):
+        model.fit(X, y)
+    solution = model._problems[0]["solution"]
+    assert np.all(solution.tau >= 0)  # probit: log-concave sites
+    proba = model.predict_proba(X)
+    assert np.all(np.isfinite(proba))
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    assert model.score(X, y) > 0.9
+
+
 def test_refuses_kernel_matrices_that_do_not_fit_in_memory():
     with pytest.raises(MemoryError, match="GiB"):
         check_kernel_memory(10**7)

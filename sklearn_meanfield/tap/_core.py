@@ -950,17 +950,13 @@ def mean_field_iteration(
     _, alpha, mean, lam, cavity_mean, log_z, second = best
     tau = second / _tilted_variance_ratio(lam, second)
     nu = alpha + tau * mean
-    try:
-        solution = posterior.solve(tau, nu)
-    except LinAlgError:
-        solution = None
-    var = solution.var if solution is not None else np.full(n, np.nan)
+    solution = _predictive_posterior(posterior, tau, nu)
     return TAPSolution(
         tau=tau,
         nu=nu,
         alpha=alpha,
         mean=mean,
-        var=var,
+        var=solution.var,
         cavity_mean=cavity_mean,
         cavity_var=lam,
         log_z=log_z,
@@ -969,6 +965,29 @@ def mean_field_iteration(
         converged=converged,
         posterior=solution,
     )
+
+
+def _predictive_posterior(posterior, tau, nu):
+    """The Gaussian posterior behind a fixed cavity-variance solution.
+
+    Its sites need not define a proper posterior: with label noise some site
+    precisions are negative, and nothing in the naive or isotropic
+    iteration keeps ``K^-1 + S`` positive definite.  Predictions still need
+    a variance, so the negative precisions are then dropped (a proper
+    posterior for any non-negative sites); the mean ``K alpha`` does not
+    depend on it.
+
+    >>> import numpy as np
+    >>> from sklearn_meanfield.tap._core import KernelPosterior
+    >>> improper = np.array([-2.0, 1.0])  # K^-1 + S = diag(-1, 2) for K = I
+    >>> solved = _predictive_posterior(KernelPosterior(np.eye(2)), improper, np.ones(2))
+    >>> solved.var.round(12).tolist()  # the second site alone: 1 and 1/2
+    [1.0, 0.5]
+    """
+    solution = _proper_solution(posterior, tau, nu)
+    if solution is None:
+        solution = posterior.solve(np.maximum(tau, 0.0), nu)
+    return solution
 
 
 def ep_evidence_gradient(solution, K_gradient):
