@@ -11,6 +11,8 @@ them may use (:func:`blas_threads_per_worker`), so that ``n_jobs`` workers
 times BLAS threads per worker does not exceed the cores of the machine.
 """
 
+import os
+import warnings
 from contextlib import contextmanager
 from functools import lru_cache
 
@@ -177,9 +179,49 @@ def _realigned(value, depth=_REALIGN_DEPTH):
     return value
 
 
-def _run_task(function, n_workers, args, kwargs):
+class _RelayedWarnings:
+    """A task's result and the warnings it raised in another process.
+
+    A warning raised in a worker process stays there: joblib's process-based
+    backends (loky, multiprocessing) and Dask print it on the worker's
+    stderr, where ``warnings`` filters, ``pytest.warns`` and the caller's
+    ``catch_warnings`` never see it, so a ConvergenceWarning of a
+    one-vs-rest problem fitted with ``n_jobs=2`` was lost.  The task records
+    its warnings; :func:`_dispatch` raises them again in the caller.
+    """
+
+    def __init__(self, result, records):
+        self.result = result
+        self.records = [
+            (record.message, record.category, record.filename, record.lineno)
+            for record in records
+        ]
+
+    def unwrap(self, registry):
+        """Raise the recorded warnings here, in order; return the result.
+
+        ``registry`` is shared by the tasks of one dispatch, so that the
+        caller's filters apply as to warnings raised in the caller (the
+        default action shows a warning once per location).
+        """
+        for message, category, filename, lineno in self.records:
+            warnings.warn_explicit(
+                message, category, filename, lineno, registry=registry
+            )
+        return self.result
+
+
+def _run_task(function, n_workers, args, kwargs, caller_pid=None):
     # Runs inside the worker.  Arrays that travelled are realigned first.
     args, kwargs = _realigned(args), _realigned(kwargs)
+    if caller_pid is not None and os.getpid() != caller_pid:
+        # Another process: record the warnings for the caller.  (Not in the
+        # caller's own threads, where catch_warnings, which is process-wide,
+        # would race; their warnings reach the caller anyway.)
+        with warnings.catch_warnings(record=True) as records:
+            warnings.simplefilter("always")
+            result = _run_task(function, n_workers, args, kwargs)
+        return _RelayedWarnings(result, records)
     if n_workers == 1:
         return function(*args, **kwargs)
     # The core count is that of the worker's machine.  In a worker *process*
@@ -192,6 +234,13 @@ def _run_task(function, n_workers, args, kwargs):
         limits=blas_threads_per_worker(n_workers), user_api="blas"
     ):
         return function(*args, **kwargs)
+
+
+def _unwrapped(results):
+    registry = {}
+    return [
+        r.unwrap(registry) if isinstance(r, _RelayedWarnings) else r for r in results
+    ]
 
 
 def _concurrency(parallel, n_jobs, n_tasks):
@@ -208,19 +257,22 @@ def _dispatch(function, calls, *, n_jobs, verbose, prefer):
     calls = list(calls)
     parallel = Parallel(n_jobs=n_jobs, verbose=verbose, prefer=prefer)
     n_workers = _concurrency(parallel, n_jobs, len(calls))
+    caller_pid = os.getpid()
     tasks = (
-        delayed(_run_task)(function, n_workers, args, kwargs) for args, kwargs in calls
+        delayed(_run_task)(function, n_workers, args, kwargs, caller_pid)
+        for args, kwargs in calls
     )
     if n_workers == 1:
         # One task at a time (in this process or a single worker): leave the
         # BLAS threads alone.
-        return parallel(tasks)
+        return _unwrapped(parallel(tasks))
     # Thread-based workers share this process's BLAS pool: limit it here, for
     # the whole run; process-based workers limit their own in the worker.
     with _threadpool_controller().limit(
         limits=blas_threads_per_worker(n_workers), user_api="blas"
     ):
-        return parallel(tasks)
+        results = parallel(tasks)
+    return _unwrapped(results)
 
 
 def run_parallel(function, tasks, *, n_jobs=None, verbose=0, prefer=None):

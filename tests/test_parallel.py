@@ -1,6 +1,9 @@
+import warnings
+
 import numpy as np
 import pytest
 from joblib import cpu_count, parallel_config
+from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
 from sklearn_meanfield._parallel import (
@@ -169,3 +172,48 @@ def test_aligned_arrays_are_passed_without_a_copy():
     holder = _Holder(matrix)
     args = _realigned((matrix, [matrix], holder))
     assert args[0] is matrix and args[1][0] is matrix and holder.matrix is matrix
+
+
+def _warn_and_square(value):
+    warnings.warn(f"task {value} warns", ConvergenceWarning)
+    if value == 2:
+        warnings.warn("a second warning", UserWarning)
+    return value * value
+
+
+@pytest.mark.parametrize("backend", ["sequential", "threading", "loky"])
+def test_warnings_of_worker_processes_reach_the_caller(backend):
+    # A process-based worker's warnings used to be printed on its stderr,
+    # out of reach of the caller's filters; they are relayed, in task order.
+    with parallel_config(backend=backend, n_jobs=2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            results = run_parallel(_warn_and_square, [(1,), (2,), (3,)])
+    assert results == [1, 4, 9]
+    relayed = [(w.category, str(w.message)) for w in caught]
+    if backend == "threading":  # threads interleave; the set is what counts
+        relayed = sorted(relayed, key=str)
+    expected = [
+        (ConvergenceWarning, "task 1 warns"),
+        (ConvergenceWarning, "task 2 warns"),
+        (UserWarning, "a second warning"),
+        (ConvergenceWarning, "task 3 warns"),
+    ]
+    assert relayed == (
+        sorted(expected, key=str) if backend == "threading" else expected
+    )
+    assert all(w.filename.endswith("test_parallel.py") for w in caught)
+
+
+def test_relayed_warnings_obey_the_callers_filters():
+    # The default action shows a warning once per location, across the tasks
+    # of one run, as for warnings raised in the caller; "error" raises.
+    with parallel_config(backend="loky", n_jobs=2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            run_parallel(_warn_and_square, [(1,), (1,)])
+        assert [str(w.message) for w in caught] == ["task 1 warns"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ConvergenceWarning)
+            with pytest.raises(ConvergenceWarning, match="task 1 warns"):
+                run_parallel(_warn_and_square, [(1,)])

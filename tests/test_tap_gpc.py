@@ -583,6 +583,24 @@ def test_diverging_naive_mean_field_still_predicts():
     assert model.score(X, y) > 0.9
 
 
+def test_warnings_of_parallel_one_vs_rest_problems_reach_the_caller():
+    # Each one-vs-rest problem warns; with n_jobs=2 they are fitted in worker
+    # processes, whose warnings used to stay on the workers' stderr.
+    X, y = _noisy_labels(60, 3)
+    y = y + (X[:, 1] > 0.8)  # three classes
+    caught = []
+    for n_jobs in (1, 2):
+        model = TAPGaussianProcessClassifier(optimizer=None, max_iter=2, n_jobs=n_jobs)
+        with warnings.catch_warnings(record=True) as records:
+            warnings.simplefilter("always")
+            model.fit(X, y)
+        caught.append(
+            [str(r.message) for r in records if r.category is ConvergenceWarning]
+        )
+    assert len(caught[0]) == 3
+    assert caught[1] == caught[0]
+
+
 def test_refuses_kernel_matrices_that_do_not_fit_in_memory():
     with pytest.raises(MemoryError, match="GiB"):
         check_kernel_memory(10**7)
