@@ -688,7 +688,12 @@ def expectation_propagation(
         previous_residual = residual
         if site_steps:
             change = np.stack([new_tau - tau, new_nu - nu])
-            reversed_ = np.any(change * last_change < 0, axis=0)
+            # Opposite signs, compared without a product (which overflows for
+            # the huge changes of near-hard-constraint sites).
+            reversed_ = np.any(
+                ((change > 0) & (last_change < 0)) | ((change < 0) & (last_change > 0)),
+                axis=0,
+            )
             steps = np.where(
                 reversed_,
                 np.maximum(0.5 * steps, 0.01),
