@@ -534,6 +534,16 @@ class _AndersonMixing:
         return proposal if np.all(np.isfinite(proposal)) else None
 
 
+# Degenerate problems (a noise-free step on data it cannot separate) drive
+# sites and cavities to overflow.  Every quantity of the iteration is checked
+# (invalid cavities and overflowing updates keep their sites, improper or
+# non-finite posteriors are refused, the best finite iterate is kept), so the
+# floating-point warnings would only repeat what the checks handle; a
+# degenerate best iterate then has a non-finite evidence, and the fit warns.
+_QUIET_OVERFLOW = np.errstate(over="ignore", invalid="ignore", divide="ignore")
+
+
+@_QUIET_OVERFLOW
 def expectation_propagation(
     posterior,
     t,
@@ -624,130 +634,119 @@ def expectation_propagation(
     >>> solution.converged, bool(np.all(np.sign(solution.mean) == np.sign(x)))
     (True, True)
     """
-    # Degenerate problems (a noise-free step on data it cannot separate)
-    # drive sites and cavities to overflow.  Every quantity below is checked
-    # (invalid cavities and overflowing updates keep their sites, improper or
-    # non-finite posteriors are refused, the best finite iterate is kept), so
-    # the floating-point warnings would only repeat what the checks handle.
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        n = posterior.n
-        tau = np.zeros(n) if tau is None else np.array(tau, dtype=float)
-        nu = np.zeros(n) if nu is None else np.array(nu, dtype=float)
-        warm_starts = [(tau, nu)]
-        if fallback is not None:
-            warm_starts.append(
-                tuple(np.array(sites, dtype=float) for sites in fallback)
-            )
-        for tau, nu in warm_starts:
-            try:
-                solution = posterior.solve(tau, nu)
-            except LinAlgError:  # an invalid warm start: try the next one
-                continue
-            if np.all(solution.var > 0):
-                break
-        else:  # no valid warm start: start afresh from the prior
-            tau, nu = np.zeros(n), np.zeros(n)
+    n = posterior.n
+    tau = np.zeros(n) if tau is None else np.array(tau, dtype=float)
+    nu = np.zeros(n) if nu is None else np.array(nu, dtype=float)
+    warm_starts = [(tau, nu)]
+    if fallback is not None:
+        warm_starts.append(tuple(np.array(sites, dtype=float) for sites in fallback))
+    for tau, nu in warm_starts:
+        try:
             solution = posterior.solve(tau, nu)
+        except LinAlgError:  # an invalid warm start: try the next one
+            continue
+        if np.all(solution.var > 0):
+            break
+    else:  # no valid warm start: start afresh from the prior
+        tau, nu = np.zeros(n), np.zeros(n)
+        solution = posterior.solve(tau, nu)
 
-        best = None
-        previous_residual = np.inf
-        step = float(damping)
-        steps = np.full(n, step) if site_steps else None
-        last_change = np.zeros((2, n))
-        mixing = _AndersonMixing(anderson_memory) if anderson_memory > 0 else None
-        before_acceleration = None  # the state an accelerated sweep started from
-        halved_at = (np.inf, 0)  # (residual, sweep) when the best last halved
-        converged = False
-        for n_iter in range(1, max_iter + 1):
-            cavity_tau, cavity_nu = _cavities(solution, power * tau, power * nu)
-            valid = cavity_tau > 0
-            cavity_var = np.where(valid, 1.0 / np.where(valid, cavity_tau, 1.0), 1.0)
-            cavity_mean = cavity_nu * cavity_var
-            log_z, first, second = likelihood.moments(t, cavity_mean, cavity_var)
-            denominator = power * _tilted_variance_ratio(cavity_var, second)
-            proposed_tau = second / denominator
-            proposed_nu = (first + cavity_mean * second) / denominator
-            # A site whose update overflows (a noise-free step site of a point
-            # that cannot be classified, its cavity collapsed) keeps its value.
-            valid &= np.isfinite(proposed_tau) & np.isfinite(proposed_nu)
-            new_tau = np.where(valid, proposed_tau, tau)
-            new_nu = np.where(valid, proposed_nu, nu)
-            residual = _residual(posterior, solution, new_tau, new_nu, tau, nu)
-            state = (residual, tau, nu, solution)
-            if best is None or residual < best[0]:
-                best = state
-            if residual <= 0.5 * halved_at[0]:
-                halved_at = (residual, n_iter)
-            if reporter is not None:
-                reporter(
-                    2, "EP sweep %d: residual %.3g, step %.2f", n_iter, residual, step
-                )
-            if residual < tol and np.all(valid):
-                converged = True
-                break
-            if patience is not None and n_iter - halved_at[1] > patience:
-                break
-            rejected = (
-                before_acceleration is not None
-                and residual > _ANDERSON_REJECT_RATIO * before_acceleration[0]
+    best = None
+    previous_residual = np.inf
+    step = float(damping)
+    steps = np.full(n, step) if site_steps else None
+    last_change = np.zeros((2, n))
+    mixing = _AndersonMixing(anderson_memory) if anderson_memory > 0 else None
+    before_acceleration = None  # the state an accelerated sweep started from
+    halved_at = (np.inf, 0)  # (residual, sweep) when the best last halved
+    converged = False
+    for n_iter in range(1, max_iter + 1):
+        cavity_tau, cavity_nu = _cavities(solution, power * tau, power * nu)
+        valid = cavity_tau > 0
+        cavity_var = np.where(valid, 1.0 / np.where(valid, cavity_tau, 1.0), 1.0)
+        cavity_mean = cavity_nu * cavity_var
+        log_z, first, second = likelihood.moments(t, cavity_mean, cavity_var)
+        denominator = power * _tilted_variance_ratio(cavity_var, second)
+        proposed_tau = second / denominator
+        proposed_nu = (first + cavity_mean * second) / denominator
+        # A site whose update overflows (a noise-free step site of a point
+        # that cannot be classified, its cavity collapsed) keeps its value.
+        valid &= np.isfinite(proposed_tau) & np.isfinite(proposed_nu)
+        new_tau = np.where(valid, proposed_tau, tau)
+        new_nu = np.where(valid, proposed_nu, nu)
+        residual = _residual(posterior, solution, new_tau, new_nu, tau, nu)
+        state = (residual, tau, nu, solution)
+        if best is None or residual < best[0]:
+            best = state
+        if residual <= 0.5 * halved_at[0]:
+            halved_at = (residual, n_iter)
+        if reporter is not None:
+            reporter(2, "EP sweep %d: residual %.3g, step %.2f", n_iter, residual, step)
+        if residual < tol and np.all(valid):
+            converged = True
+            break
+        if patience is not None and n_iter - halved_at[1] > patience:
+            break
+        rejected = (
+            before_acceleration is not None
+            and residual > _ANDERSON_REJECT_RATIO * before_acceleration[0]
+        )
+        if rejected:
+            # The accelerated sweep made things worse: undo it, and take the
+            # damped step from where it started, with a fresh history.
+            residual, tau, nu, solution, new_tau, new_nu = before_acceleration
+            mixing.restart()
+        before_acceleration = None
+        if not rejected:
+            step = _next_step(step, residual, previous_residual, damping)
+        previous_residual = residual
+        if site_steps:
+            change = np.stack([new_tau - tau, new_nu - nu])
+            # Opposite signs, compared without a product (which overflows for
+            # the huge changes of near-hard-constraint sites).
+            reversed_ = np.any(
+                ((change > 0) & (last_change < 0)) | ((change < 0) & (last_change > 0)),
+                axis=0,
             )
-            if rejected:
-                # The accelerated sweep made things worse: undo it, and take the
-                # damped step from where it started, with a fresh history.
-                residual, tau, nu, solution, new_tau, new_nu = before_acceleration
+            steps = np.where(
+                reversed_,
+                np.maximum(0.5 * steps, 0.01),
+                np.minimum(1.2 * steps, damping),
+            )
+            last_change = change
+        trial = None
+        if mixing is not None and not site_steps and not rejected:
+            accelerated = _accelerated(mixing, solution, tau, nu, new_tau, new_nu)
+            # Far from the fixed point (a cold start) the history misleads:
+            # damp, and start it afresh.
+            if residual > _ANDERSON_MAX_RESIDUAL:
                 mixing.restart()
-            before_acceleration = None
-            if not rejected:
-                step = _next_step(step, residual, previous_residual, damping)
-            previous_residual = residual
-            if site_steps:
-                change = np.stack([new_tau - tau, new_nu - nu])
-                # Opposite signs, compared without a product (which overflows for
-                # the huge changes of near-hard-constraint sites).
-                reversed_ = np.any(
-                    ((change > 0) & (last_change < 0))
-                    | ((change < 0) & (last_change > 0)),
-                    axis=0,
-                )
-                steps = np.where(
-                    reversed_,
-                    np.maximum(0.5 * steps, 0.01),
-                    np.minimum(1.2 * steps, damping),
-                )
-                last_change = change
-            trial = None
-            if mixing is not None and not site_steps and not rejected:
-                accelerated = _accelerated(mixing, solution, tau, nu, new_tau, new_nu)
-                # Far from the fixed point (a cold start) the history misleads:
-                # damp, and start it afresh.
-                if residual > _ANDERSON_MAX_RESIDUAL:
-                    mixing.restart()
-                elif accelerated is not None:
-                    trial_tau, trial_nu = accelerated
-                    trial = _proper_solution(posterior, trial_tau, trial_nu)
-                    if trial is None:
-                        mixing.restart()
-                    else:
-                        before_acceleration = (
-                            residual,
-                            tau,
-                            nu,
-                            solution,
-                            new_tau,
-                            new_nu,
-                        )
-            trial_step = steps if site_steps else step
-            while trial is None and np.max(trial_step) >= 1e-4:
-                trial_tau = tau + trial_step * (new_tau - tau)
-                trial_nu = nu + trial_step * (new_nu - nu)
+            elif accelerated is not None:
+                trial_tau, trial_nu = accelerated
                 trial = _proper_solution(posterior, trial_tau, trial_nu)
-                trial_step = 0.5 * trial_step
-            if trial is None:
-                break
-            tau, nu, solution = trial_tau, trial_nu, trial
-        if not converged:
-            _, tau, nu, solution = best
-        return _finish(solution, tau, nu, t, likelihood, n_iter, converged)
+                if trial is None:
+                    mixing.restart()
+                else:
+                    before_acceleration = (
+                        residual,
+                        tau,
+                        nu,
+                        solution,
+                        new_tau,
+                        new_nu,
+                    )
+        trial_step = steps if site_steps else step
+        while trial is None and np.max(trial_step) >= 1e-4:
+            trial_tau = tau + trial_step * (new_tau - tau)
+            trial_nu = nu + trial_step * (new_nu - nu)
+            trial = _proper_solution(posterior, trial_tau, trial_nu)
+            trial_step = 0.5 * trial_step
+        if trial is None:
+            break
+        tau, nu, solution = trial_tau, trial_nu, trial
+    if not converged:
+        _, tau, nu, solution = best
+    return _finish(solution, tau, nu, t, likelihood, n_iter, converged)
 
 
 def _proper_solution(posterior, tau, nu):
@@ -822,14 +821,8 @@ def _residual(posterior, solution, new_tau, new_nu, tau, nu):
     return float(values.max()) if values.size else np.inf
 
 
+@_QUIET_OVERFLOW
 def _finish(solution, tau, nu, t, likelihood, n_iter, converged):
-    # A degenerate best iterate (see expectation_propagation) may overflow
-    # here too; its evidence is then not finite, and the fit has warned.
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        return _finished(solution, tau, nu, t, likelihood, n_iter, converged)
-
-
-def _finished(solution, tau, nu, t, likelihood, n_iter, converged):
     cavity_tau, cavity_nu = _cavities(solution, tau, nu)
     # A best iterate of a run that did not converge may hold sites that leave
     # no proper cavity; those points fall back on their posterior marginal.
