@@ -214,14 +214,18 @@ class _RelayedWarnings:
 def _run_task(function, n_workers, args, kwargs, caller_pid=None):
     # Runs inside the worker.  Arrays that travelled are realigned first.
     args, kwargs = _realigned(args), _realigned(kwargs)
-    if caller_pid is not None and os.getpid() != caller_pid:
-        # Another process: record the warnings for the caller.  (Not in the
-        # caller's own threads, where catch_warnings, which is process-wide,
-        # would race; their warnings reach the caller anyway.)
-        with warnings.catch_warnings(record=True) as records:
-            warnings.simplefilter("always")
-            result = _run_task(function, n_workers, args, kwargs)
-        return _RelayedWarnings(result, records)
+    if caller_pid is None or os.getpid() == caller_pid:
+        # The caller's process (sequential, or its threads, where
+        # catch_warnings, which is process-wide, would race): warnings reach
+        # the caller as they are.
+        return _call_with_blas_limit(function, n_workers, args, kwargs)
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        result = _call_with_blas_limit(function, n_workers, args, kwargs)
+    return _RelayedWarnings(result, records)
+
+
+def _call_with_blas_limit(function, n_workers, args, kwargs):
     if n_workers == 1:
         return function(*args, **kwargs)
     # The core count is that of the worker's machine.  In a worker *process*

@@ -17,7 +17,8 @@ __all__ = ["NoisyStepLikelihood", "GaussianLikelihood", "make_likelihood"]
 # Below this z the curvature of log Phi is taken from its asymptotic series:
 # nu + z (nu the inverse Mills ratio, about -z) loses about eps z^2 of its
 # relative accuracy to cancellation, the series' first omitted term is
-# 50 / z^6; both are about 5e-12 here (checked against 60-digit mpmath).
+# 50 / z^6; both are about 5e-12 here (tests/test_gaussian.py checks it
+# against mpmath).
 _CURVATURE_SERIES_BELOW = -150.0
 
 
