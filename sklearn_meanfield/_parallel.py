@@ -192,10 +192,7 @@ class _RelayedWarnings:
 
     def __init__(self, result, records):
         self.result = result
-        self.records = [
-            (record.message, record.category, record.filename, record.lineno)
-            for record in records
-        ]
+        self.records = records
 
     def unwrap(self, registry):
         """Raise the recorded warnings here, in order; return the result.
@@ -219,10 +216,19 @@ def _run_task(function, n_workers, args, kwargs, caller_pid=None):
         # catch_warnings, which is process-wide, would race): warnings reach
         # the caller as they are.
         return _call_with_blas_limit(function, n_workers, args, kwargs)
-    with warnings.catch_warnings(record=True) as records:
+    # Each distinct warning (text, category, place) is kept once, in order of
+    # first occurrence: a loop that warns a million times costs one record.
+    records = {}
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        key = (str(message), category, filename, lineno)
+        records.setdefault(key, (message, category, filename, lineno))
+
+    with warnings.catch_warnings():
         warnings.simplefilter("always")
+        warnings.showwarning = record
         result = _call_with_blas_limit(function, n_workers, args, kwargs)
-    return _RelayedWarnings(result, records)
+    return _RelayedWarnings(result, list(records.values()))
 
 
 def _call_with_blas_limit(function, n_workers, args, kwargs):

@@ -217,3 +217,24 @@ def test_relayed_warnings_obey_the_callers_filters():
             warnings.simplefilter("error", ConvergenceWarning)
             with pytest.raises(ConvergenceWarning, match="task 1 warns"):
                 run_parallel(_warn_and_square, [(1,)])
+
+
+def _warn_many_times(n):
+    for _ in range(n):
+        warnings.warn("the same warning", RuntimeWarning)
+    warnings.warn("another one", RuntimeWarning)
+    return n
+
+
+def test_a_repeated_worker_warning_is_relayed_once():
+    # A loop that warns on every pass must not ship every repetition back.
+    with parallel_config(backend="loky", n_jobs=2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run_parallel(_warn_many_times, [(10_000,), (3,)])
+    assert [str(w.message) for w in caught] == [
+        "the same warning",
+        "another one",
+        "the same warning",
+        "another one",
+    ]
