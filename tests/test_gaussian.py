@@ -11,6 +11,7 @@ from sklearn_meanfield._gaussian import (
     log_noisy_step,
     log_norm_cdf,
     log_norm_pdf,
+    logistic_normal_moments,
     noisy_step_moments,
     norm_pdf_cdf_ratio,
 )
@@ -129,3 +130,69 @@ def test_probit_curvature_matches_mpmath_far_into_the_tail(z):
     got = 2.0 * second[0]  # second = curvature / (1 + v)
     assert 0.0 <= got <= 1.0
     assert _relative_error(got, expected) < 1e-10
+
+
+def _mp_logistic_normal(a, v):
+    """log Z, score and curvature of E[sigma(u)], u ~ N(a, v), by mpmath
+    quadrature in the standardised variable, from their definitions as
+    tilted expectations (the variance by a second, centred pass)."""
+    with mpmath.workdps(20):
+        a, sd = mpmath.mpf(a), mpmath.sqrt(mpmath.mpf(v))
+
+        def sigmoid(u):
+            return 1 / (1 + mpmath.exp(-u))
+
+        # The tilted density's mode in z lies in [0, sd] (its log is concave);
+        # split there and at the logistic's step u = 0.
+        mode = mpmath.findroot(
+            lambda z: sigmoid(-(a + sd * z)) * sd - z, (0, sd), solver="anderson"
+        )
+        points = [-mpmath.inf, mode - 10, mode - 3, mode, mode + 3, mode + 10]
+        if abs(a / sd) < 1e6:
+            points.append(-a / sd)
+        points = sorted(set(points)) + [mpmath.inf]
+
+        def expect(f):
+            return mpmath.quad(
+                lambda z: f(a + sd * z) * sigmoid(a + sd * z) * _mp_pdf(z), points
+            )
+
+        z = expect(lambda u: 1)
+        score = expect(lambda u: sigmoid(-u)) / z
+        mean_c = expect(sigmoid) / z
+        var_c = expect(lambda u: (sigmoid(u) - mean_c) ** 2) / z
+        curvature = expect(lambda u: sigmoid(-u) * sigmoid(u)) / z - var_c
+        return mpmath.log(z), score, curvature
+
+
+@pytest.mark.parametrize("v", [1e-6, 3.0, 63.0, 65.0, 400.0, 1e4])
+@pytest.mark.parametrize("a", [-40.0, -5.0, 0.0, 2.0, 12.0])
+def test_logistic_normal_moments_match_mpmath(a, v):
+    # Both ways of computing (the trapezoid rule around the mode, and the
+    # probit plus a correction above v = 64) and their common boundary.
+    log_z, score, curvature = logistic_normal_moments(np.array([a]), np.array([v]))
+    expected_log_z, expected_score, expected_curvature = _mp_logistic_normal(a, v)
+    assert abs(log_z[0] - float(expected_log_z)) < 1e-8
+    # Relative accuracy where the derivatives matter for EP; below 1e-8 (a
+    # site of precision 1e-8 or less) an absolute one.
+    for got, expected in ((score, expected_score), (curvature, expected_curvature)):
+        expected = float(expected)
+        assert abs(got[0] - expected) < max(1e-6 * abs(expected), 1e-14)
+
+
+def test_logistic_normal_moments_limits():
+    # v -> 0: the logistic itself and its derivatives.
+    a = np.array([-30.0, -2.0, 0.0, 3.0])
+    log_z, score, curvature = logistic_normal_moments(a, np.zeros(4))
+    sigma = 1 / (1 + np.exp(-a))
+    np.testing.assert_allclose(log_z, np.log(sigma), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(score, 1 - sigma, rtol=1e-9)
+    np.testing.assert_allclose(curvature, sigma * (1 - sigma), rtol=1e-9)
+    # Symmetry: Z(-a) = 1 - Z(a) for every width, in both regimes.
+    v = np.array([0.5, 5.0, 50.0, 500.0])
+    plus, _, _ = logistic_normal_moments(np.full(4, 1.3), v)
+    minus, _, _ = logistic_normal_moments(np.full(4, -1.3), v)
+    np.testing.assert_allclose(np.exp(plus) + np.exp(minus), 1.0, atol=1e-9)
+    # Shapes broadcast and are kept.
+    log_z, _, _ = logistic_normal_moments(np.zeros((2, 3)), 1.0)
+    assert log_z.shape == (2, 3)

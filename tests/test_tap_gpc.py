@@ -4,6 +4,8 @@ import warnings
 
 import numpy as np
 import pytest
+from scipy.integrate import quad
+from scipy.special import expit
 from scipy.stats import multivariate_normal, norm
 from sklearn.datasets import load_breast_cancer, make_classification, make_moons
 from sklearn.exceptions import ConvergenceWarning
@@ -151,6 +153,59 @@ def test_probit_evidence_matches_numerical_integral():
     )
     assert exact == pytest.approx(orthant, rel=1e-4)
     assert solution.log_evidence == pytest.approx(np.log(exact), rel=0.01)
+
+
+def test_logistic_evidence_matches_numerical_integral_closer_than_laplace():
+    # The logistic likelihood is scikit-learn's: the same model, so the two
+    # approximations of one evidence can be compared with the exact value.
+    X = np.array([[0.0], [0.7], [2.0]])
+    t = np.array([1.0, -1.0, 1.0])
+    kernel = C(6.0) * RBF(1.0)
+    K = kernel(X)
+    solution = expectation_propagation(
+        KernelPosterior(K), t, make_likelihood("logistic", 0.0), tol=1e-10
+    )
+    nodes, weights = np.polynomial.hermite_e.hermegauss(60)
+    weights = weights / weights.sum()
+    grid = np.stack(np.meshgrid(nodes, nodes, nodes, indexing="ij"), -1)
+    h = grid.reshape(-1, 3) @ np.linalg.cholesky(K).T
+    w = np.einsum("i,j,k->ijk", weights, weights, weights).ravel()
+    exact = np.log(np.sum(w * np.prod(1 / (1 + np.exp(-t * h)), axis=1)))
+    assert solution.log_evidence == pytest.approx(exact, rel=0.01)
+    laplace = GaussianProcessClassifier(kernel, optimizer=None).fit(X, t > 0)
+    assert abs(solution.log_evidence - exact) < 0.5 * abs(
+        laplace.log_marginal_likelihood_value_ - exact
+    )
+
+
+@pytest.mark.parametrize("label_noise", [0.0, 0.1])
+def test_logistic_site_moments_are_derivatives_of_log_z(label_noise):
+    # Cavities in both regimes of the logistic-normal integral (v below and
+    # above 64) and far on either side of the step.
+    t = np.array([1.0, -1.0, 1.0, -1.0, 1.0, -1.0])
+    m = np.array([0.3, 2.0, -4.0, -0.5, 9.0, 15.0])
+    v = np.array([0.5, 3.0, 1.0, 80.0, 200.0, 2.0])
+    likelihood = make_likelihood("logistic", label_noise)
+    log_z, first, second = likelihood.moments(t, m, v)
+    h = 1e-3
+    up = likelihood.moments(t, m + h, v)[0]
+    down = likelihood.moments(t, m - h, v)[0]
+    np.testing.assert_allclose(first, (up - down) / (2 * h), rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(
+        second, -(up - 2 * log_z + down) / h**2, rtol=1e-4, atol=1e-7
+    )
+    if label_noise:
+        assert np.any(second < 0)  # the point far on the wrong side
+        k = 1e-6
+        numeric = (
+            make_likelihood("logistic", label_noise + k).moments(t, m, v)[0]
+            - make_likelihood("logistic", label_noise - k).moments(t, m, v)[0]
+        ) / (2 * k)
+        np.testing.assert_allclose(
+            likelihood.label_noise_gradient(t, m, v), numeric, rtol=1e-6
+        )
+    else:
+        assert np.all(second >= 0)  # log-concave
 
 
 def test_label_noise_keeps_negative_site_precisions():
@@ -302,6 +357,7 @@ def test_improper_signed_sites_are_refused(n_negative):
         ("probit", 0.0, 0.02, 0.005),
         ("probit", 0.1, 0.02, 0.005),
         ("step", 0.1, 0.12, 0.025),
+        ("logistic", 0.0, 0.02, 0.005),
     ],
 )
 def test_builtin_loo_matches_brute_force_refits(
@@ -355,13 +411,16 @@ def test_cavity_is_the_posterior_without_the_site():
 # ---------------------------------------------------------- the evidence
 
 
-@pytest.mark.parametrize("label_noise", [0.0, 0.1])
-def test_evidence_gradient_matches_finite_differences(label_noise):
+@pytest.mark.parametrize(
+    "likelihood, label_noise",
+    [("probit", 0.0), ("step", 0.1), ("logistic", 0.0), ("logistic", 0.1)],
+)
+def test_evidence_gradient_matches_finite_differences(likelihood, label_noise):
     X, y = _noisy_labels(40, 3)
     kernel = C(1.5) * RBF([1.0, 2.0]) + C(0.3) * DotProduct(sigma_0=0.5)
     model = TAPGaussianProcessClassifier(
         kernel,
-        likelihood="step" if label_noise else "probit",
+        likelihood=likelihood,
         label_noise=label_noise,
         optimizer=None,
         tol=1e-11,
@@ -382,7 +441,7 @@ def test_evidence_gradient_matches_finite_differences(label_noise):
     np.testing.assert_allclose(gradient, numeric, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("likelihood", ["probit", "step"])
+@pytest.mark.parametrize("likelihood", ["probit", "step", "logistic"])
 def test_learned_label_noise_gradient_matches_finite_differences(likelihood):
     # label_noise="auto": log(label_noise) is the search space's last entry.
     X, y = _noisy_labels(40, 3)
@@ -510,6 +569,28 @@ def test_predict_proba_integrates_over_the_latent_field():
         "ij,ij->j", K_cross, np.linalg.solve(K + Sigma_sites, K_cross)
     )
     np.testing.assert_allclose(var, exact_var, rtol=1e-4, atol=1e-6)
+
+
+def test_logistic_predict_proba_integrates_the_logistic_over_the_field():
+    X, y = _noisy_labels(60, 4)
+    model = TAPGaussianProcessClassifier(
+        C(3.0) * RBF(1.0), likelihood="logistic", optimizer=None, tol=1e-9
+    ).fit(X, y)
+    X_new = np.random.RandomState(5).randn(12, 2) * 2
+    mean = model.decision_function(X_new)
+    solution = model._problems[0]["solution"]
+    kernel = model.kernel_
+    K_cross = kernel(X, X_new)
+    var = kernel.diag(X_new) - np.einsum(
+        "ij,ij->j",
+        K_cross,
+        np.linalg.solve(kernel(X) + np.diag(1 / solution.tau), K_cross),
+    )
+    expected = [
+        quad(lambda h, mu=mu, sd=sd: norm.pdf(h, mu, sd) * expit(h), -np.inf, np.inf)[0]
+        for mu, sd in zip(mean, np.sqrt(var))
+    ]
+    np.testing.assert_allclose(model.predict_proba(X_new)[:, 1], expected, atol=1e-7)
 
 
 def test_multiclass_one_vs_rest_is_normalised_and_n_jobs_invariant():
