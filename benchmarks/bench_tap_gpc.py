@@ -132,6 +132,12 @@ def ours_learning_noise(optimizer):
     )
 
 
+def ours_logistic(optimizer):
+    return TAPGaussianProcessClassifier(
+        kernel(), likelihood="logistic", optimizer=optimizer, n_jobs=1, random_state=0
+    )
+
+
 def laplace(optimizer):
     return GaussianProcessClassifier(
         kernel(), optimizer=optimizer, n_jobs=1, random_state=0
@@ -219,12 +225,13 @@ def log_loss_over_draws(n, draws):
     the next, against mean differences of that order), so the log-loss target
     is judged on the mean over draws and its paired standard error.
     """
-    losses = {"TAP": [], "auto": [], "Lap": []}
+    losses = {"TAP": [], "auto": [], "logistic": [], "Lap": []}
     for seed in range(draws):
         X, y, X_test, y_test = make_data(n, seed)
         for name, make_model in (
             ("TAP", ours),
             ("auto", ours_learning_noise),
+            ("logistic", ours_logistic),
             ("Lap", laplace),
         ):
             with warnings.catch_warnings():
@@ -293,16 +300,20 @@ def run_draws(sizes, draws):
         " optimised models): mean, mean difference ours - Laplace, its paired"
         " standard error, draws where ours is lower"
     )
+    columns = f"{'Lap':>7} {'diff':>8} {'se':>7} {'wins':>5}"
     print(
-        f"{'n':>5} {'draws':>5} | {'TAP':>7} {'Lap':>7} {'diff':>8} {'se':>7}"
-        f" {'wins':>5} | {'auto':>7} {'Lap':>7} {'diff':>8} {'se':>7} {'wins':>5}"
+        f"{'n':>5} {'draws':>5} | {'TAP':>7} {columns} | {'auto':>7} {columns}"
+        f" | {'logist':>7} {columns}"
     )
     for n in sizes:
         k = draws_for(n, draws)
         losses = log_loss_over_draws(n, k)
         print(
-            f"{n:>5} {k:>5} | {paired_summary(losses['TAP'], losses['Lap'])} |"
-            f" {paired_summary(losses['auto'], losses['Lap'])}",
+            f"{n:>5} {k:>5} | "
+            + " | ".join(
+                paired_summary(losses[name], losses["Lap"])
+                for name in ("TAP", "auto", "logistic")
+            ),
             flush=True,
         )
 
@@ -336,6 +347,7 @@ def run(sizes, fixed_only):
     print(sub, flush=True)
     rows = []
     noise_rows = []
+    logistic_rows = []
     kernels = []
     for n in sizes:
         X, y, X_test, y_test = make_data(n)
@@ -373,6 +385,15 @@ def run(sizes, fixed_only):
             f" {c['noise']:6.4f}"
         )
         print(noise_rows[-1], flush=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            d = measure_optimised(ours_logistic, X, y, X_test, y_test)
+        logistic_rows.append(
+            f"{n:>5} | {d['opt']:6.2f} {b['opt']:6.2f} {d['opt'] / b['opt']:5.2f}x"
+            f" {d['opt_cpu'] / b['opt_cpu']:5.2f}x | {d['logloss']:7.4f}"
+            f" {b['logloss']:7.4f} | {d['error']:6.3f} {b['error']:6.3f}"
+        )
+        print(logistic_rows[-1], flush=True)
         kernels.append(f"  n={n}: TAP {a['kernel']}   Laplace {b['kernel']}")
         print(row, flush=True)  # progress; the full table follows
 
@@ -392,6 +413,15 @@ def run(sizes, fixed_only):
         f"| {'auto':>7} {'Lap':>7} | {'auto':>6} {'Lap':>6} |"
     )
     for row in noise_rows:
+        print(row)
+    print()
+    print("TAP with likelihood='logistic' (Laplace's model) vs Laplace:")
+    print(f"{'n':>5} | {'fit opt s':^29} | {'log-loss':^15} | {'error':^13}")
+    print(
+        f"{'':>5} | {'logist':>6} {'Lap':>6} {'ratio':>6} {'cpu':>6}  "
+        f"| {'logist':>7} {'Lap':>7} | {'logist':>6} {'Lap':>6}"
+    )
+    for row in logistic_rows:
         print(row)
     print()
     print("Fitted kernels:")

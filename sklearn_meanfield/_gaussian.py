@@ -279,17 +279,6 @@ _LOGISTIC_WIDE_MIN_Z = -6.0
 _PROBIT_SCALE = np.sqrt(np.pi / 8.0)
 
 
-def _sigmoid_parts(u):
-    """``log sigma(u)``, ``sigma(-u)`` and ``sigma(u)``, each without
-    cancellation (``sigma(-u)`` is not computed as ``1 - sigma(u)``)."""
-    e = np.exp(-np.abs(u))
-    log_sigmoid = np.minimum(u, 0.0) - np.log1p(e)
-    r = 1.0 / (1.0 + e)
-    small = e * r
-    positive = u >= 0
-    return log_sigmoid, np.where(positive, small, r), np.where(positive, r, small)
-
-
 def _wide_grid():
     u = np.linspace(-40.0, 40.0, 161)
     lam = _PROBIT_SCALE
@@ -339,20 +328,25 @@ def _logistic_moments_trapezoid(a, v):
         i = np.flatnonzero(size == n_nodes)
         # In offsets from a: u - a keeps its digits when |a| >> sqrt(v).
         x = offset[i, None] + half[i, None] * np.linspace(-1.0, 1.0, int(n_nodes))
-        log_sigmoid, s, c = _sigmoid_parts(a[i, None] + x)
-        log_density = log_sigmoid - 0.5 * x * x / v[i, None]
+        u = a[i, None] + x
+        e = np.exp(-np.abs(u))
+        reciprocal = 1.0 / (1.0 + e)
+        log_density = np.minimum(u, 0.0) - np.log1p(e)  # log sigma(u)
+        log_density -= x * x * (0.5 / v[i, None])
         top = log_density.max(axis=1, keepdims=True)
         w = np.exp(log_density - top)
         total = w.sum(axis=1)
-        w /= total[:, None]
-        mean_s = np.sum(w * s, axis=1)
-        mean_c = np.sum(w * c, axis=1)
-        # Var[s] = Var[c]: centre whichever is small, so neither cancels.
-        deviation = np.where(
-            (mean_s < mean_c)[:, None], s - mean_s[:, None], c - mean_c[:, None]
-        )
+        # sigma(-u), not 1 - sigma(u): it keeps its digits where it is tiny.
+        s = np.where(u >= 0, e * reciprocal, reciprocal)
+        mean_s = np.einsum("ij,ij->i", w, s) / total
+        deviation = s - mean_s[:, None]
+        # sigma(u) sigma(-u) = e / (1 + e)^2.
+        slope = e * reciprocal * reciprocal
         score[i] = mean_s
-        curvature[i] = np.sum(w * (s * c - deviation * deviation), axis=1)
+        curvature[i] = (
+            np.einsum("ij,ij->i", w, slope)
+            - np.einsum("ij,ij->i", w, deviation * deviation)
+        ) / total
         step = 2.0 * half[i] / (n_nodes - 1)
         log_z[i] = (
             np.log(total) + top[:, 0] + np.log(step) - 0.5 * np.log(v[i]) - LOG_SQRT_2PI

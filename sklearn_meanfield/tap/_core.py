@@ -746,7 +746,11 @@ def expectation_propagation(
         tau, nu, solution = trial_tau, trial_nu, trial
     if not converged:
         _, tau, nu, solution = best
-    return _finish(solution, tau, nu, t, likelihood, n_iter, converged)
+        return _finish(solution, tau, nu, t, likelihood, n_iter, converged)
+    # The last sweep's log normalisers belong to these very cavities (whole
+    # sites removed when power is 1): no second pass over the likelihood.
+    known_log_z = log_z if power == 1.0 else None
+    return _finish(solution, tau, nu, t, likelihood, n_iter, converged, known_log_z)
 
 
 def _proper_solution(posterior, tau, nu):
@@ -822,7 +826,9 @@ def _residual(posterior, solution, new_tau, new_nu, tau, nu):
 
 
 @_QUIET_OVERFLOW
-def _finish(solution, tau, nu, t, likelihood, n_iter, converged):
+def _finish(solution, tau, nu, t, likelihood, n_iter, converged, log_z=None):
+    """The :class:`TAPSolution` of sites ``(tau, nu)`` and their posterior;
+    ``log_z``, when given, holds the log normalisers at these cavities."""
     cavity_tau, cavity_nu = _cavities(solution, tau, nu)
     # A best iterate of a run that did not converge may hold sites that leave
     # no proper cavity; those points fall back on their posterior marginal.
@@ -834,7 +840,8 @@ def _finish(solution, tau, nu, t, likelihood, n_iter, converged):
         cavity_nu = np.where(invalid, solution.mean / solution.var, cavity_nu)
     cavity_var = 1.0 / cavity_tau
     cavity_mean = cavity_nu * cavity_var
-    log_z, _, _ = likelihood.moments(t, cavity_mean, cavity_var)
+    if log_z is None or np.any(invalid):
+        log_z, _, _ = likelihood.moments(t, cavity_mean, cavity_var)
     log_evidence = ep_log_evidence(
         log_z,
         tau,
