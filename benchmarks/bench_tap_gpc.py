@@ -172,15 +172,27 @@ def held_out_scores(model, proba, y_test):
 
 def measure_optimised(make_model, X, y, X_test, y_test):
     """Optimised fit only: times, held-out scores and the learned label noise."""
-    model, t_opt, c_opt = timed(
-        lambda: make_model("fmin_l_bfgs_b").fit(X, y), repeats=repeats_for(len(y))
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model, t_opt, c_opt = timed(
+            lambda: make_model("fmin_l_bfgs_b").fit(X, y), repeats=repeats_for(len(y))
+        )
     return {
         "opt": t_opt,
         "opt_cpu": c_opt,
         **held_out_scores(model, model.predict_proba(X_test), y_test),
         "noise": model.label_noise_,
     }
+
+
+def optimised_row(n, ours_result, laplace_result):
+    """Table row: optimised fit times and ratios, log-loss and error."""
+    a, b = ours_result, laplace_result
+    return (
+        f"{n:>5} | {a['opt']:6.2f} {b['opt']:6.2f} {a['opt'] / b['opt']:5.2f}x"
+        f" {a['opt_cpu'] / b['opt_cpu']:5.2f}x | {a['logloss']:7.4f}"
+        f" {b['logloss']:7.4f} | {a['error']:6.3f} {b['error']:6.3f}"
+    )
 
 
 def measure(make_model, X, y, X_test, y_test, name, fixed_only=False):
@@ -375,24 +387,11 @@ def run(sizes, fixed_only):
             f" {a['error']:6.3f} {b['error']:6.3f} | {a['loo']:5.3f}"
         )
         rows.append(row)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            c = measure_optimised(ours_learning_noise, X, y, X_test, y_test)
-        noise_rows.append(
-            f"{n:>5} | {c['opt']:6.2f} {b['opt']:6.2f} {c['opt'] / b['opt']:5.2f}x"
-            f" {c['opt_cpu'] / b['opt_cpu']:5.2f}x | {c['logloss']:7.4f}"
-            f" {b['logloss']:7.4f} | {c['error']:6.3f} {b['error']:6.3f} |"
-            f" {c['noise']:6.4f}"
-        )
+        c = measure_optimised(ours_learning_noise, X, y, X_test, y_test)
+        noise_rows.append(optimised_row(n, c, b) + f" | {c['noise']:6.4f}")
         print(noise_rows[-1], flush=True)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            d = measure_optimised(ours_logistic, X, y, X_test, y_test)
-        logistic_rows.append(
-            f"{n:>5} | {d['opt']:6.2f} {b['opt']:6.2f} {d['opt'] / b['opt']:5.2f}x"
-            f" {d['opt_cpu'] / b['opt_cpu']:5.2f}x | {d['logloss']:7.4f}"
-            f" {b['logloss']:7.4f} | {d['error']:6.3f} {b['error']:6.3f}"
-        )
+        d = measure_optimised(ours_logistic, X, y, X_test, y_test)
+        logistic_rows.append(optimised_row(n, d, b))
         print(logistic_rows[-1], flush=True)
         kernels.append(f"  n={n}: TAP {a['kernel']}   Laplace {b['kernel']}")
         print(row, flush=True)  # progress; the full table follows
