@@ -695,11 +695,14 @@ def test_one_class_is_an_error():
 
 
 @pytest.mark.slow
-def test_breast_cancer_beats_laplace_in_log_loss():
+@pytest.mark.parametrize("likelihood", ["probit", "logistic"])
+def test_breast_cancer_beats_laplace_in_log_loss(likelihood):
     X, y = load_breast_cancer(return_X_y=True)
     cv = StratifiedKFold(5, shuffle=True, random_state=0)
     kernel = C(1.0) * RBF(1.0)
-    ours = make_pipeline(StandardScaler(), TAPGaussianProcessClassifier(kernel))
+    ours = make_pipeline(
+        StandardScaler(), TAPGaussianProcessClassifier(kernel, likelihood=likelihood)
+    )
     laplace = make_pipeline(StandardScaler(), GaussianProcessClassifier(kernel))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
