@@ -198,8 +198,8 @@ class LogisticLikelihood:
     >>> logistic = LogisticLikelihood()
     >>> log_z, first, second = logistic.moments(
     ...     np.array([1.0]), np.array([0.0]), np.array([1e-300]))
-    >>> float(np.exp(log_z[0])), float(first[0]), float(second[0])
-    (0.5, 0.5, 0.25)
+    >>> [round(float(x[0]), 9) for x in (np.exp(log_z), first, second)]
+    [0.5, 0.5, 0.25]
     >>> noisy = LogisticLikelihood(label_noise=0.2)
     >>> _, _, second = noisy.moments(
     ...     np.array([1.0]), np.array([-6.0]), np.array([1.0]))
