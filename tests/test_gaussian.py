@@ -3,9 +3,10 @@
 import mpmath
 import numpy as np
 import pytest
-from scipy.special import log_ndtr
+from scipy.special import log_ndtr, logsumexp
 
 from sklearn_meanfield._gaussian import (
+    _logistic_mode_offset,
     gauss_hermite_expectation,
     hermite_rule,
     log_noisy_step,
@@ -196,3 +197,50 @@ def test_logistic_normal_moments_limits():
     # Shapes broadcast and are kept.
     log_z, _, _ = logistic_normal_moments(np.zeros((2, 3)), 1.0)
     assert log_z.shape == (2, 3)
+
+
+@pytest.mark.parametrize(
+    "a, v, rel",
+    [
+        (-1e4, 4e4, 1e-5),
+        (-800.0, 1e5, 1e-5),
+        (-200.0, 63.0, 1e-5),
+        (-60.0, 1e4, 1e-5),
+        # Beyond the grid's cap (v above 5e4 and z below -6): a few percent.
+        (-1e7, 1e12, 0.05),
+    ],
+)
+def test_logistic_normal_moments_far_outliers_under_wide_gaussians(a, v, rel):
+    # A point far on the wrong side under a very wide cavity (a GP fit of
+    # wine with a large amplitude met such sites) once sent the mode search
+    # into an oscillation between the ends of its bracket, and the grid to
+    # millions of nodes.  The mode solves sigma(-(a + d)) = d / v.
+    offset, error = _logistic_mode_offset(np.array([a]), np.array([v]))
+    assert 0.0 <= offset[0] <= v
+    assert error[0] < 1e-3 * np.sqrt(v)
+    s = 1 / (1 + np.exp(a + offset[0]))
+    newton_step = (s - offset[0] / v) / (s * (1 - s) + 1 / v)
+    assert abs(newton_step) < 1e-3 * np.sqrt(v)
+    # The derivatives are those of log Z (central differences in a) ...
+    log_z, score, curvature = logistic_normal_moments(np.array([a]), np.array([v]))
+    h = 1e-2
+    up, _, _ = logistic_normal_moments(np.array([a + h]), np.array([v]))
+    down, _, _ = logistic_normal_moments(np.array([a - h]), np.array([v]))
+    assert score[0] == pytest.approx((up[0] - down[0]) / (2 * h), rel=rel)
+    assert curvature[0] == pytest.approx(
+        -(up[0] - 2 * log_z[0] + down[0]) / h**2, rel=100 * rel, abs=1e-9
+    )
+    # ... and log Z lies between the bounds from e^u - e^2u <= sigma(u) <= e^u
+    # below 0 and 1 - e^-u <= sigma(u) <= 1 above, each term a closed-form
+    # Gaussian integral.
+    sd = np.sqrt(v)
+
+    def below(k):  # log E[e^(k u); u < 0]
+        return k * a + k * k * v / 2 + log_ndtr(-(a + k * v) / sd)
+
+    step = log_ndtr(a / sd)  # log P(u > 0)
+    above = -a + v / 2 + log_ndtr((a - v) / sd)  # log E[e^-u; u > 0]
+    upper = logsumexp([step, below(1)])
+    lower = logsumexp([step, above, below(1), below(2)], b=[1, -1, 1, -1])
+    slack = 1e-9 if rel < 1e-3 else rel
+    assert lower - slack <= log_z[0] <= upper + slack
