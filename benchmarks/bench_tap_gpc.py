@@ -29,32 +29,32 @@ Every fit time is also printed as soon as it is measured, so a run stopped
 early still reports something.  ``--sizes 2000 --fixed-only`` measures only
 the fixed-kernel fits at the given sizes.
 
-Measured 2026-11-23 04:35 UTC (numpy 2.4.6, scipy 1.17.1, sklearn 1.9.1, one
+Measured 2026-11-23 05:12 UTC (numpy 2.4.6, scipy 1.17.1, sklearn 1.9.1, one
 BLAS thread, 2 cores, nothing else running)::
 
       n | fit fixed s: TAP  Lap ratio  cpu | fit opt s: TAP   Lap ratio  cpu
-    250 |             0.01 0.01 1.36x 1.36x |           0.15  0.16 0.99x 0.99x
-    500 |             0.04 0.05 0.79x 0.80x |           0.41  0.86 0.47x 0.47x
-   1000 |             0.24 0.28 0.85x 0.84x |           2.10  4.03 0.52x 0.52x
-   2000 |             1.48 1.96 0.76x 0.74x |          12.09 27.68 0.44x 0.43x
+    250 |             0.01 0.01 1.32x 1.32x |           0.16  0.17 0.94x 0.94x
+    500 |             0.04 0.05 0.71x 0.71x |           0.44  0.95 0.47x 0.47x
+   1000 |             0.22 0.27 0.83x 0.84x |           2.11  4.12 0.51x 0.51x
+   2000 |             1.52 1.94 0.78x 0.78x |          11.86 26.81 0.44x 0.44x
 
       n | predict ratio | log-loss TAP   Lap | error TAP   Lap | loo TAP
-    250 |         0.99x |       0.2813 0.2801 |     0.093 0.089 |   0.104
+    250 |         0.96x |       0.2813 0.2801 |     0.093 0.089 |   0.104
     500 |         1.54x |       0.2619 0.2747 |     0.104 0.101 |   0.108
-   1000 |         0.79x |       0.2309 0.2393 |     0.077 0.079 |   0.086
-   2000 |         0.56x |       0.2254 0.2300 |     0.066 0.064 |   0.089
+   1000 |         0.83x |       0.2309 0.2393 |     0.077 0.079 |   0.086
+   2000 |         0.55x |       0.2254 0.2300 |     0.066 0.064 |   0.089
 
   label_noise="auto" | fit opt s: auto   Lap ratio | log-loss auto  Lap | noise
-    250              |           0.21   0.16 1.34x |      0.2723 0.2801 | 0.013
-    500              |           1.14   0.86 1.33x |      0.2573 0.2747 | 0.028
-   1000              |           6.95   4.03 1.72x |      0.2097 0.2393 | 0.023
-   2000              |          59.22 27.68 2.14x |      0.1938 0.2300 | 0.028
+    250              |           0.22   0.17 1.33x |      0.2723 0.2801 | 0.013
+    500              |           1.25   0.95 1.31x |      0.2573 0.2747 | 0.028
+   1000              |           7.04   4.12 1.71x |      0.2097 0.2393 | 0.023
+   2000              |          61.69 26.81 2.30x |      0.1938 0.2300 | 0.028
 
   likelihood="logistic" | fit opt s: logist  Lap ratio | log-loss logist  Lap
-    250                 |              0.16   0.16 1.01x |        0.2767 0.2801
-    500                 |              0.76   0.86 0.89x |        0.2596 0.2747
-   1000                 |              2.63   4.03 0.65x |        0.2279 0.2393
-   2000                 |             14.89  27.68 0.54x |        0.2216 0.2300
+    250                 |              0.17   0.17 1.04x |        0.2767 0.2801
+    500                 |              0.80   0.95 0.84x |        0.2596 0.2747
+   1000                 |              2.52   4.12 0.61x |        0.2279 0.2393
+   2000                 |             14.77  26.81 0.55x |        0.2216 0.2300
 
   log-loss, mean over draws | TAP - Lap (se)   wins | auto - Lap  | logist - Lap
     250 (10 draws)          | -0.0079 (0.0029)  7/10 | -0.0170 9/10 | -0.0113 9/10
@@ -85,8 +85,8 @@ ones.  With Laplace's own likelihood (``likelihood="logistic"``) the
 comparison isolates the approximation, and TAP's log-loss is lower at every
 n on the first draw and on 7-9 of 10 draws, 3-4 standard errors on average;
 its fit costs 1.1-1.3x the probit's (the cavity averages of the logistic are
-a quadrature), 1.01x Laplace's at n=250.  Learning the label noise
-(``label_noise="auto"``) gives the lowest log-loss of all, at 1.3x-2.1x
+a quadrature), 1.01x-1.05x Laplace's at n=250.  Learning the label noise
+(``label_noise="auto"``) gives the lowest log-loss of all, at 1.3x-2.3x
 Laplace's fit time (more evaluations, 18-20 against 13-14, and about twice
 the EP sweeps per evaluation: the negative sites of the flipped points
 converge slowly even with acceleration).
