@@ -359,9 +359,9 @@ def _logistic_moments_trapezoid(a, v):
     sizes = _LOGISTIC_GRID_SIZES
     size = sizes[np.minimum(np.searchsorted(sizes, needed), len(sizes) - 1)]
     # Beyond the largest grid (far outliers under Gaussians wider than v = 64
-    # only) the grid grows with the width, up to _LOGISTIC_MAX_NODES: there
-    # the integrand is the smooth exp(u) N(u; a, v), far from the step, and
-    # a coarser spacing still resolves it.
+    # only) the grid grows with the width, up to _LOGISTIC_MAX_NODES, which
+    # bounds the work; past that (v above 5e4) the spacing no longer resolves
+    # the step and the accuracy falls to about 1e-2 (see the docstring).
     size = np.where(
         needed > sizes[-1],
         np.minimum(2 * np.ceil(needed / 2) + 1, _LOGISTIC_MAX_NODES),
@@ -424,9 +424,10 @@ def logistic_normal_moments(a, v):
     integrand being analytic in a strip) or, for wide Gaussians, as the
     closed-form probit integral ``Phi(lam a / sqrt(1 + lam^2 v))``,
     ``lam^2 = pi / 8``, plus the integral of the small, smooth difference
-    between the two sigmoids.  Both derivatives are returned as expectations
+    between the two sigmoids.  On the grid both derivatives are expectations
     under the tilted density ``sigma(u) N(u; a, v) / Z`` of positive
-    quantities, so they keep their relative accuracy where they are tiny.
+    quantities (``sigma(-u)`` is never formed as ``1 - sigma(u)``), so they
+    keep their relative accuracy where they are small.
 
     Parameters
     ----------
