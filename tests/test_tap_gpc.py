@@ -24,6 +24,7 @@ from sklearn_meanfield import TAPGaussianProcessClassifier
 from sklearn_meanfield.tap._core import (
     KernelPosterior,
     _AndersonMixing,
+    _finish,
     expectation_propagation,
 )
 from sklearn_meanfield.tap._likelihoods import (
@@ -206,6 +207,24 @@ def test_logistic_site_moments_are_derivatives_of_log_z(label_noise):
         )
     else:
         assert np.all(second >= 0)  # log-concave
+
+
+@pytest.mark.parametrize("likelihood", ["probit", "logistic", "noisy step"])
+def test_converged_ep_reuses_its_last_log_normalisers_exactly(likelihood):
+    # A converged run hands its last sweep's log Z to the evidence instead of
+    # a second pass over the likelihood: it must be the very value a fresh
+    # pass at the final cavities gives.
+    X, y = _noisy_labels(40, 6)
+    t = 2.0 * y - 1
+    lik = make_likelihood("step", 0.1) if likelihood == "noisy step" else None
+    lik = lik or make_likelihood(likelihood, 0.0)
+    solution = expectation_propagation(
+        KernelPosterior((C(2.0) * RBF(0.8))(X)), t, lik, tol=1e-8, max_iter=1000
+    )
+    assert solution.converged
+    fresh = _finish(solution.posterior, solution.tau, solution.nu, t, lik, 0, True)
+    np.testing.assert_array_equal(fresh.log_z, solution.log_z)
+    assert fresh.log_evidence == solution.log_evidence
 
 
 def test_label_noise_keeps_negative_site_precisions():
