@@ -16,6 +16,7 @@ __all__ = [
     "log_norm_cdf",
     "norm_pdf_cdf_ratio",
     "log_noisy_step",
+    "log_with_label_noise",
     "noisy_step_moments",
     "hermite_rule",
     "gauss_hermite_expectation",
@@ -137,10 +138,38 @@ def log_noisy_step(z, label_noise=0.0):
     >>> bool(np.isclose(log_noisy_step(-50.0, label_noise=0.1), np.log(0.1)))
     True
     """
-    log_phi = log_norm_cdf(z)
+    return log_with_label_noise(log_norm_cdf(z), label_noise)
+
+
+def log_with_label_noise(log_p, label_noise=0.0):
+    """``log(kappa + (1 - 2 kappa) p)`` from ``log p``, ``kappa = label_noise``.
+
+    The label-noise mixture of any likelihood ``p`` of a label, as a
+    log-sum-exp so that neither term underflows.
+
+    Parameters
+    ----------
+    log_p : array-like
+        Log-likelihood of the label without noise.
+    label_noise : float in [0, 0.5), default=0.0
+        Probability ``kappa`` that a label was flipped.
+
+    Returns
+    -------
+    ndarray
+        The log-likelihood with label noise, of the shape of ``log_p``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield._gaussian import log_with_label_noise
+    >>> float(np.exp(log_with_label_noise(np.log(0.5), 0.1)))  # 0.1 + 0.8 / 2
+    0.5
+    """
+    log_p = np.asarray(log_p, dtype=float)
     if label_noise == 0.0:
-        return log_phi
-    return np.logaddexp(np.log(label_noise), np.log1p(-2.0 * label_noise) + log_phi)
+        return log_p
+    return np.logaddexp(np.log(label_noise), np.log1p(-2.0 * label_noise) + log_p)
 
 
 def noisy_step_moments(z, label_noise=0.0):

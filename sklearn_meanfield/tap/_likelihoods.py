@@ -12,6 +12,7 @@ from scipy.special import log_ndtr
 from .._gaussian import (
     LOG_SQRT_2PI,
     log_noisy_step,
+    log_with_label_noise,
     logistic_normal_moments,
     noisy_step_moments,
 )
@@ -215,10 +216,7 @@ class LogisticLikelihood:
         log_z_logistic, score, curvature = logistic_normal_moments(
             t * cavity_mean, cavity_var
         )
-        kappa = self.label_noise
-        if kappa == 0.0:
-            return log_z_logistic, log_z_logistic, score, curvature
-        log_z = np.logaddexp(np.log(kappa), np.log1p(-2.0 * kappa) + log_z_logistic)
+        log_z = log_with_label_noise(log_z_logistic, self.label_noise)
         return log_z_logistic, log_z, score, curvature
 
     def moments(self, t, cavity_mean, cavity_var):
