@@ -265,8 +265,8 @@ def log_loss_over_draws(n, draws):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 model = make_model("fmin_l_bfgs_b").fit(X, y)
-            proba = model.predict_proba(X_test)
-            losses[name].append(log_loss(y_test, proba, labels=model.classes_))
+            scores = held_out_scores(model, model.predict_proba(X_test), y_test)
+            losses[name].append(scores["logloss"])
     return {name: np.array(values) for name, values in losses.items()}
 
 
