@@ -15,20 +15,32 @@ import os
 import warnings
 from contextlib import contextmanager
 from functools import lru_cache
+from numbers import Integral
 
 import numpy as np
 from joblib import cpu_count, effective_n_jobs
 from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval
 from sklearn.utils.parallel import Parallel, delayed
 from threadpoolctl import ThreadpoolController
 
 __all__ = [
+    "N_JOBS_CONSTRAINT",
     "blas_threads_per_worker",
     "single_blas_thread_if_small",
     "draw_seeds",
     "run_parallel",
     "run_restarts",
     "select_best",
+]
+
+# ``n_jobs`` as joblib reads it: None, a positive count, or -1, -2, ... for
+# "all cores but k - 1".  Zero means nothing in joblib (it raises deep inside a
+# fit, or is quietly taken as 1), so parameter validation refuses it up front.
+N_JOBS_CONSTRAINT = [
+    None,
+    Interval(Integral, 1, None, closed="left"),
+    Interval(Integral, None, -1, closed="right"),
 ]
 
 # Matrices with at most this many rows get their BLAS work on one thread.  Their

@@ -304,3 +304,33 @@ def test_regressor_leave_one_out_multi_output(estimator):
     assert fitted.predict(X).shape == y.shape
     expected = np.mean((y - fitted.loo_prediction_) ** 2)
     assert fitted.loo_error_ == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [e for e in ESTIMATORS if "n_jobs" in e.get_params()],
+    ids=_ids,
+)
+@pytest.mark.parametrize("n_jobs", [0, -0, 1.5, "2"])
+def test_n_jobs_zero_or_non_integer_is_refused_before_any_work(estimator, n_jobs):
+    # joblib gives n_jobs=0 no meaning: it must fail in parameter validation
+    # (InvalidParameterError, a ValueError), not deep inside a fit.
+    X, y = make_classification(
+        n_samples=20, n_features=3, n_informative=2, n_redundant=0, random_state=0
+    )
+    with pytest.raises(ValueError, match="n_jobs"):
+        clone(estimator).set_params(n_jobs=n_jobs).fit(X, y)
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [e for e in ESTIMATORS if "n_jobs" in e.get_params()],
+    ids=_ids,
+)
+def test_negative_n_jobs_means_all_cores_but_some(estimator):
+    X, y = make_classification(
+        n_samples=20, n_features=3, n_informative=2, n_redundant=0, random_state=0
+    )
+    reference = clone(estimator).set_params(n_jobs=1).fit(X, y)
+    model = clone(estimator).set_params(n_jobs=-2).fit(X, y)
+    np.testing.assert_allclose(model.predict(X), reference.predict(X))

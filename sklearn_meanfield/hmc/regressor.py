@@ -13,7 +13,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import StandardizedRegressorMixin, atomic_fit
 from .._loo import psis_loo
-from .._parallel import draw_seeds, run_parallel
+from .._parallel import N_JOBS_CONSTRAINT, draw_seeds, run_parallel
 from .._progress import CallbackSupportMixin, fit_progress
 from ._chains import iteration_blocks, run_chains
 from ._diagnostics import effective_sample_size, split_rhat
@@ -190,7 +190,7 @@ class HMCNetworkRegressor(
         "target_accept": [Interval(Real, 0, 1, closed="neither")],
         "ard": ["boolean"],
         "n_chains": [Interval(Integral, 1, None, closed="left")],
-        "n_jobs": [Integral, None],
+        "n_jobs": N_JOBS_CONSTRAINT,
         "random_state": ["random_state"],
         "verbose": ["verbose"],
     }

@@ -16,6 +16,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import atomic_fit
 from .._parallel import (
+    N_JOBS_CONSTRAINT,
     draw_seeds,
     run_parallel,
     select_best,
@@ -524,7 +525,7 @@ class TAPGaussianProcessClassifier(
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="neither")],
         "damping": [Interval(Real, 0, 1, closed="right")],
-        "n_jobs": [Integral, None],
+        "n_jobs": N_JOBS_CONSTRAINT,
         "random_state": ["random_state"],
         "verbose": ["verbose"],
     }

@@ -11,7 +11,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import StandardizedRegressorMixin, atomic_fit
-from .._parallel import draw_seeds, run_parallel, select_best
+from .._parallel import N_JOBS_CONSTRAINT, draw_seeds, run_parallel, select_best
 from .._progress import CallbackSupportMixin, fit_progress
 from ._erf_network import (
     NetworkShape,
@@ -196,7 +196,7 @@ class EnsembleLearningRegressor(
         "alpha_init": [Interval(Real, 0, None, closed="neither")],
         "init_std": [Interval(Real, 0, None, closed="neither")],
         "random_state": ["random_state"],
-        "n_jobs": [None, Integral],
+        "n_jobs": N_JOBS_CONSTRAINT,
         "verbose": ["verbose"],
         "loo": [StrOptions({"cavity", "psis"})],
     }
