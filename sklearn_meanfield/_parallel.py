@@ -26,8 +26,10 @@ from threadpoolctl import ThreadpoolController
 
 __all__ = [
     "N_JOBS_CONSTRAINT",
+    "blas_threads_for_matrix",
+    "blas_threads_for_work",
     "blas_threads_per_worker",
-    "single_blas_thread_if_small",
+    "factorisation_flops",
     "draw_seeds",
     "run_parallel",
     "run_restarts",
@@ -43,13 +45,77 @@ N_JOBS_CONSTRAINT = [
     Interval(Integral, None, -1, closed="right"),
 ]
 
-# Matrices with at most this many rows get their BLAS work on one thread.  Their
-# products are too small for threads to pay for their synchronisation, which is
-# paid many times over when other processes hold the cores: measured on a
-# shared 2-core machine (load 10), a 150-point dual perceptron fit took 0.4 s on
-# one OpenBLAS thread against 28 s on two, and a 250 x 250 Cholesky 0.5 ms
-# against 0.29 s.
-SMALL_MATRIX_MAX_SIDE = 512
+# A BLAS call gets more than one thread only above this much work (flops of
+# the factorisation it belongs to).  Measured on this project's 2-core machine
+# (``benchmarks/bench_blas_threads.py``: Cholesky, triangular inverse and a
+# product, one thread against two): idle, two threads break even at n = 1024
+# (0.36 GFlop) and gain 1.5x at n = 2048 (2.9 GFlop); with one core busy
+# elsewhere they lose at every size (2.5x slower at n = 1024, 1.3x at 2048),
+# because OpenBLAS's threads spin while they wait for each other.  Earlier,
+# on a shared machine (load 10), a 250 x 250 Cholesky took 0.5 ms on one
+# thread against 0.29 s on two.
+MULTITHREAD_MIN_FLOPS = 1e9
+
+
+def blas_threads_for_work(flops, n_cpus=None, load=None):
+    """BLAS threads worth using for calls of ``flops`` floating-point operations.
+
+    One thread below ``MULTITHREAD_MIN_FLOPS`` (1 GFlop, a Cholesky of
+    about 1440 rows): threads cannot pay for their synchronisation there.
+    Above it, the cores that other processes leave free: the 1-minute load
+    average, less the one core this process is taken to account for, is
+    subtracted from the cores (at least one thread).
+
+    Parameters
+    ----------
+    flops : float
+        Work of one call, e.g. :func:`factorisation_flops` of the largest
+        matrix.
+    n_cpus : int or None, default=None
+        Cores; None means :func:`joblib.cpu_count`.
+    load : float or None, default=None
+        The 1-minute load average; None reads it from the system (taken as
+        0 where the system has none).
+
+    Returns
+    -------
+    n_threads : int
+
+    Examples
+    --------
+    >>> from sklearn_meanfield._parallel import blas_threads_for_work
+    >>> blas_threads_for_work(1e8, n_cpus=2, load=0.0)
+    1
+    >>> blas_threads_for_work(1e10, n_cpus=2, load=0.5)
+    2
+    >>> blas_threads_for_work(1e10, n_cpus=2, load=2.0)  # another process busy
+    1
+    """
+    if flops < MULTITHREAD_MIN_FLOPS:
+        return 1
+    n_cpus = cpu_count() if n_cpus is None else n_cpus
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (OSError, AttributeError):  # not available on this system
+            load = 0.0
+    others = max(load - 1.0, 0.0)
+    return int(max(1, min(n_cpus, np.floor(n_cpus - others + 0.5))))
+
+
+def factorisation_flops(n):
+    """Floating-point operations of a Cholesky factorisation of an n x n matrix.
+
+    The unit in which the library's BLAS-thread policy measures the work of
+    one call: ``n**3 / 3``.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield._parallel import factorisation_flops
+    >>> factorisation_flops(3000) / 1e9
+    9.0
+    """
+    return n**3 / 3.0
 
 
 @lru_cache(maxsize=1)
@@ -60,15 +126,16 @@ def _threadpool_controller():
 
 
 @contextmanager
-def single_blas_thread_if_small(side):
-    """Run the block on one BLAS thread when the matrices are small.
+def blas_threads_for_matrix(side):
+    """Run the block on the BLAS threads its largest factorisation is worth.
 
     Parameters
     ----------
     side : int
-        Number of rows of the largest square matrix the block factorises.
-        At most ``SMALL_MATRIX_MAX_SIDE`` (512) limits BLAS to one thread;
-        larger problems keep the threads they have.
+        Number of rows of the largest square matrix the block factorises;
+        its work is :func:`factorisation_flops` and the thread count
+        :func:`blas_threads_for_work`.  The limit only ever lowers the
+        threads the caller has (a joblib worker's share stays the ceiling).
 
     Yields
     ------
@@ -77,18 +144,26 @@ def single_blas_thread_if_small(side):
     Examples
     --------
     >>> from threadpoolctl import threadpool_info
-    >>> from sklearn_meanfield._parallel import single_blas_thread_if_small
-    >>> with single_blas_thread_if_small(100):
+    >>> from sklearn_meanfield._parallel import blas_threads_for_matrix
+    >>> with blas_threads_for_matrix(569):  # 0.06 GFlop: one thread
     ...     print({info["num_threads"] for info in threadpool_info()
     ...            if info["user_api"] == "blas"})
     {1}
     """
-    if side <= SMALL_MATRIX_MAX_SIDE:
-        with _threadpool_controller().limit(limits=1, user_api="blas"):
+    controller = _threadpool_controller()
+    current = [
+        info["num_threads"] for info in controller.info() if info["user_api"] == "blas"
+    ]
+    threads = blas_threads_for_work(factorisation_flops(side))
+    if current and threads < max(current):
+        with controller.limit(limits=threads, user_api="blas"):
             yield
     else:
         yield
 
+
+# The former name, kept while the estimator modules move to the new one.
+single_blas_thread_if_small = blas_threads_for_matrix
 
 # Seeds are drawn in [0, 2**31 - 1): valid for np.random.RandomState,
 # np.random.default_rng and every scikit-learn ``random_state`` argument.

@@ -238,3 +238,45 @@ def test_a_repeated_worker_warning_is_relayed_once():
         "the same warning",
         "another one",
     ]
+
+
+def test_blas_threads_follow_the_work_and_the_load():
+    from sklearn_meanfield._parallel import (
+        MULTITHREAD_MIN_FLOPS,
+        blas_threads_for_work,
+        factorisation_flops,
+    )
+
+    # Below the measured crossover: one thread, however idle the machine.
+    assert factorisation_flops(1400) < MULTITHREAD_MIN_FLOPS
+    assert blas_threads_for_work(factorisation_flops(1400), n_cpus=8, load=0) == 1
+    # Above it: the cores other processes leave free (this process counts
+    # for one core of the load average).
+    big = factorisation_flops(4000)
+    assert blas_threads_for_work(big, n_cpus=8, load=0.3) == 8
+    assert blas_threads_for_work(big, n_cpus=8, load=4.0) == 5
+    assert blas_threads_for_work(big, n_cpus=2, load=2.0) == 1
+    assert blas_threads_for_work(big, n_cpus=2, load=50.0) == 1
+
+
+def test_blas_limit_for_a_large_matrix_on_a_busy_machine(monkeypatch):
+    from threadpoolctl import threadpool_info
+
+    from sklearn_meanfield import _parallel
+
+    def blas_threads():
+        return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+    # A 569-row problem (breast cancer) used two threads before, which spin
+    # against each other when another process holds a core: now one.
+    with _parallel.blas_threads_for_matrix(569):
+        assert blas_threads() == {1}
+    # A large one gets one thread too when the other cores are busy ...
+    monkeypatch.setattr(_parallel.os, "getloadavg", lambda: (40.0, 40.0, 40.0))
+    with _parallel.blas_threads_for_matrix(5000):
+        assert blas_threads() == {1}
+    # ... and otherwise keeps what the caller allowed (never raised above it).
+    monkeypatch.setattr(_parallel.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    outside = blas_threads()
+    with _parallel.blas_threads_for_matrix(5000):
+        assert blas_threads() == outside
