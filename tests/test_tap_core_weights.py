@@ -1,0 +1,336 @@
+"""Weighted sites of the TAP / EP core against EP on repeated points.
+
+A site of weight ``w`` stands for the likelihood raised to ``w``: for an
+integer weight everything EP computes must equal EP on the data with the
+point repeated ``w`` times (scikit-learn's meaning of ``sample_weight``).
+"""
+
+import numpy as np
+import pytest
+from sklearn.gaussian_process.kernels import RBF
+from sklearn.gaussian_process.kernels import ConstantKernel as C
+
+from sklearn_meanfield.tap._core import (
+    KernelPosterior,
+    PriorVariance,
+    WeightSpacePosterior,
+    ep_evidence_gradient,
+    ep_label_noise_gradient,
+    expectation_propagation,
+    mean_field_iteration,
+    positive_site_weights,
+    weighted_error_rate,
+)
+from sklearn_meanfield.tap._likelihoods import NoisyStepLikelihood, make_likelihood
+
+LIKELIHOODS = [
+    ("probit", 0.0),
+    ("probit", 0.1),
+    ("step", 0.1),
+    ("logistic", 0.0),
+    ("logistic", 0.1),
+]
+TIGHT = dict(tol=1e-13, max_iter=3000)
+
+
+def _problem(n, seed):
+    rng = np.random.RandomState(seed)
+    X = rng.uniform(-2, 2, size=(n, 2))
+    t = np.where(
+        np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] + 0.3 * rng.randn(n) > 0, 1.0, -1.0
+    )
+    weights = rng.randint(1, 4, size=n).astype(float)
+    return X, t, weights
+
+
+def _repeat_index(weights):
+    """Rows of the repeated data set and the first copy of each point."""
+    index = np.repeat(np.arange(len(weights)), weights.astype(int))
+    first = np.searchsorted(index, np.arange(len(weights)))
+    return index, first
+
+
+@pytest.mark.parametrize("name, label_noise", LIKELIHOODS)
+def test_integer_weights_equal_repeated_points(name, label_noise):
+    X, t, w = _problem(14, 0)
+    kernel = C(1.5) * RBF(0.9)
+    K, K_gradient = kernel(X, eval_gradient=True)
+    likelihood = make_likelihood(name, label_noise)
+    index, first = _repeat_index(w)
+    weighted = expectation_propagation(
+        KernelPosterior(K), t, likelihood, site_weights=w, **TIGHT
+    )
+    repeated = expectation_propagation(
+        KernelPosterior(K[np.ix_(index, index)]), t[index], likelihood, **TIGHT
+    )
+    assert weighted.converged and repeated.converged
+    # The repeated fixed point is symmetric: every copy holds 1/w of the site.
+    np.testing.assert_allclose(
+        weighted.tau, np.bincount(index, repeated.tau), rtol=1e-8, atol=1e-12
+    )
+    np.testing.assert_allclose(
+        weighted.nu, np.bincount(index, repeated.nu), rtol=1e-8, atol=1e-12
+    )
+    np.testing.assert_allclose(weighted.mean, repeated.mean[first], rtol=1e-8)
+    np.testing.assert_allclose(weighted.var, repeated.var[first], rtol=1e-8)
+    # One copy's cavity is the repeated EP's cavity of that copy.
+    np.testing.assert_allclose(
+        weighted.copy_cavity_mean, repeated.cavity_mean[first], rtol=1e-8, atol=1e-12
+    )
+    np.testing.assert_allclose(
+        weighted.copy_cavity_var, repeated.cavity_var[first], rtol=1e-8
+    )
+    assert weighted.log_evidence == pytest.approx(repeated.log_evidence, rel=1e-9)
+    np.testing.assert_allclose(
+        ep_evidence_gradient(weighted, K_gradient),
+        ep_evidence_gradient(
+            repeated, K_gradient[np.ix_(index, index, np.arange(K_gradient.shape[2]))]
+        ),
+        rtol=1e-7,
+        atol=1e-10,
+    )
+    if label_noise > 0:
+        assert ep_label_noise_gradient(weighted, t, likelihood) == pytest.approx(
+            ep_label_noise_gradient(repeated, t[index], likelihood), rel=1e-7
+        )
+
+
+@pytest.mark.parametrize("name, label_noise", [("probit", 0.0), ("step", 0.1)])
+def test_weighted_evidence_gradients_match_finite_differences(name, label_noise):
+    # The weighted (power-EP) evidence is stationary in the sites, so its
+    # gradient is the explicit one: checked against central differences.
+    X, t, w = _problem(12, 1)
+    w = w * 0.7  # non-integer weights: the analytic continuation
+    likelihood = make_likelihood(name, label_noise)
+
+    def solve(log_amplitude, kappa=label_noise):
+        K = np.exp(log_amplitude) * RBF(0.9)(X)
+        return expectation_propagation(
+            KernelPosterior(K),
+            t,
+            make_likelihood(name, kappa),
+            site_weights=w,
+            **TIGHT,
+        )
+
+    theta, h = 0.3, 1e-5
+    solution = solve(theta)
+    gradient = ep_evidence_gradient(solution, (np.exp(theta) * RBF(0.9)(X))[..., None])
+    numeric = (solve(theta + h).log_evidence - solve(theta - h).log_evidence) / (2 * h)
+    assert gradient[0] == pytest.approx(numeric, rel=1e-6, abs=1e-8)
+    if label_noise > 0:
+        analytic = ep_label_noise_gradient(solution, t, likelihood)
+        numeric = (
+            solve(theta, label_noise + h).log_evidence
+            - solve(theta, label_noise - h).log_evidence
+        ) / (2 * h)
+        assert analytic == pytest.approx(numeric, rel=1e-6)
+
+
+@pytest.mark.parametrize("name, label_noise", [("probit", 0.0), ("step", 0.1)])
+def test_weight_space_weights_equal_repeated_rows(name, label_noise):
+    rng = np.random.RandomState(3)
+    Phi = rng.randn(40, 4) / 2.0
+    t = np.where(Phi @ np.array([1.0, -1.0, 0.5, 0.0]) + 0.3 * rng.randn(40) > 0, 1, -1)
+    t = t.astype(float)
+    w = rng.randint(1, 4, size=40).astype(float)
+    index, first = _repeat_index(w)
+    likelihood = make_likelihood(name, label_noise)
+    weighted = expectation_propagation(
+        WeightSpacePosterior(Phi), t, likelihood, site_weights=w, **TIGHT
+    )
+    repeated = expectation_propagation(
+        WeightSpacePosterior(Phi[index]), t[index], likelihood, **TIGHT
+    )
+    dual = expectation_propagation(
+        KernelPosterior(Phi @ Phi.T), t, likelihood, site_weights=w, **TIGHT
+    )
+    np.testing.assert_allclose(
+        weighted.posterior.weight_mean, repeated.posterior.weight_mean, rtol=1e-8
+    )
+    np.testing.assert_allclose(weighted.var, repeated.var[first], rtol=1e-8)
+    np.testing.assert_allclose(weighted.copy_cavity_var, repeated.cavity_var[first])
+    assert weighted.log_evidence == pytest.approx(repeated.log_evidence, rel=1e-9)
+    # The weight-space and kernel forms of the weighted problem agree.
+    np.testing.assert_allclose(weighted.mean, dual.mean, rtol=1e-7, atol=1e-10)
+    assert weighted.log_evidence == pytest.approx(dual.log_evidence, rel=1e-8)
+
+
+def test_power_ep_with_weights_equals_repeated_power_ep():
+    # The perceptron's fractional fallback: power 0.5 on p, with weights,
+    # is power 0.5 on every repeated copy (the likelihood passed is p**0.5).
+    X, t, w = _problem(14, 2)
+    K = RBF(0.9)(X)
+    index, first = _repeat_index(w)
+    powered = NoisyStepLikelihood(1.0 / (1.0 + (0.9 / 0.1) ** 0.5), sigma=0.0)
+    weighted = expectation_propagation(
+        KernelPosterior(K), t, powered, power=0.5, site_weights=w, **TIGHT
+    )
+    repeated = expectation_propagation(
+        KernelPosterior(K[np.ix_(index, index)]), t[index], powered, power=0.5, **TIGHT
+    )
+    np.testing.assert_allclose(
+        weighted.tau, np.bincount(index, repeated.tau), rtol=1e-8
+    )
+    np.testing.assert_allclose(weighted.mean, repeated.mean[first], rtol=1e-8)
+    np.testing.assert_allclose(
+        weighted.copy_cavity_var, repeated.cavity_var[first], rtol=1e-8
+    )
+
+
+@pytest.mark.parametrize("label_noise", [0.0, 0.1])
+def test_naive_mean_field_weights_equal_repeated_points(label_noise):
+    X, t, w = _problem(14, 4)
+    K = (C(2.0) * RBF(0.9))(X)
+    index, first = _repeat_index(w)
+    likelihood = make_likelihood("probit", label_noise)
+    settings = dict(tol=1e-13, max_iter=5000, damping=0.2)
+    weighted = mean_field_iteration(
+        KernelPosterior(K),
+        t,
+        likelihood,
+        PriorVariance(np.diag(K).copy()),
+        site_weights=w,
+        **settings,
+    )
+    K_rep = K[np.ix_(index, index)]
+    repeated = mean_field_iteration(
+        KernelPosterior(K_rep),
+        t[index],
+        likelihood,
+        PriorVariance(np.diag(K_rep).copy()),
+        **settings,
+    )
+    assert weighted.converged and repeated.converged
+    np.testing.assert_allclose(
+        weighted.alpha, np.bincount(index, repeated.alpha), rtol=1e-8
+    )
+    np.testing.assert_allclose(weighted.mean, repeated.mean[first], rtol=1e-8)
+    np.testing.assert_allclose(weighted.var, repeated.var[first], rtol=1e-7)
+    np.testing.assert_allclose(
+        weighted.copy_cavity_mean, repeated.cavity_mean[first], rtol=1e-8, atol=1e-12
+    )
+    # The whole point removed: every copy's reaction term.
+    np.testing.assert_allclose(
+        weighted.cavity_mean,
+        repeated.mean[first] - np.diag(K) * np.bincount(index, repeated.alpha),
+        rtol=1e-8,
+        atol=1e-12,
+    )
+
+
+def test_zero_weight_equals_dropping_the_point():
+    X, t, w = _problem(14, 5)
+    w[[2, 9]] = 0.0
+    K = RBF(0.9)(X)
+    likelihood = make_likelihood("probit", 0.05)
+    keep, site_weights = positive_site_weights(w, len(w))
+    assert keep.tolist() == [i for i in range(14) if i not in (2, 9)]
+    dropped = expectation_propagation(
+        KernelPosterior(K[np.ix_(keep, keep)]),
+        t[keep],
+        likelihood,
+        site_weights=site_weights,
+        **TIGHT,
+    )
+    index, first = _repeat_index(w)  # zero weights: no copy at all
+    repeated = expectation_propagation(
+        KernelPosterior(K[np.ix_(index, index)]), t[index], likelihood, **TIGHT
+    )
+    np.testing.assert_allclose(dropped.tau, np.bincount(index, repeated.tau)[keep])
+    assert dropped.log_evidence == pytest.approx(repeated.log_evidence, rel=1e-9)
+    assert positive_site_weights(np.ones(3), 3)[1] is None
+    with pytest.raises(ValueError, match="positive"):
+        expectation_propagation(KernelPosterior(K), t, likelihood, site_weights=w)
+
+
+def test_weighted_cavity_removes_the_whole_site():
+    # The leave-one-out cavity is the Gaussian posterior without any copy of
+    # the point, computed from scratch.
+    X, t, w = _problem(16, 6)
+    K = RBF(0.9)(X)
+    solution = expectation_propagation(
+        KernelPosterior(K), t, NoisyStepLikelihood(0.1, 0.0), site_weights=w, **TIGHT
+    )
+    for i in range(0, 16, 3):
+        keep = np.arange(16) != i
+        precision = np.linalg.inv(K) + np.diag(np.where(keep, solution.tau, 0.0))
+        covariance = np.linalg.inv(precision)
+        mean = covariance @ np.where(keep, solution.nu, 0.0)
+        assert solution.cavity_var[i] == pytest.approx(covariance[i, i], rel=1e-7)
+        assert solution.cavity_mean[i] == pytest.approx(mean[i], rel=1e-6, abs=1e-9)
+
+
+def test_weighted_leave_one_out_matches_refits_without_the_point():
+    # The built-in leave-one-out predictive (whole weighted site removed)
+    # against EP refitted without the point (probit, where the cavity
+    # argument is accurate: the unweighted gap is below 0.02 per point).
+    X, t, w = _problem(30, 7)
+    K = (C(2.0) * RBF(0.8))(X)
+    likelihood = make_likelihood("probit", 0.0)
+    solution = expectation_propagation(
+        KernelPosterior(K), t, likelihood, site_weights=w, **TIGHT
+    )
+    builtin = likelihood.predictive_positive(solution.cavity_mean, solution.cavity_var)
+    brute = np.empty(30)
+    for i in range(30):
+        keep = np.flatnonzero(np.arange(30) != i)
+        refit = expectation_propagation(
+            KernelPosterior(K[np.ix_(keep, keep)]),
+            t[keep],
+            likelihood,
+            site_weights=w[keep],
+            **TIGHT,
+        )
+        # The refit's predictive at point i (GP conditional on its sites).
+        k = K[keep, i]
+        mean = k @ refit.alpha
+        var = K[i, i] - refit.posterior.variance_reduction(k[:, None])[0]
+        brute[i] = likelihood.predictive_positive(np.array([mean]), np.array([var]))[0]
+    gap = np.abs(builtin - brute)
+    assert np.max(gap) < 0.03
+    assert np.mean(gap) < 0.008
+    # And the weighted error of the two predictives (labels +-1).
+    loo_pred = np.where(builtin > 0.5, 1.0, -1.0)
+    brute_pred = np.where(brute > 0.5, 1.0, -1.0)
+    assert (
+        abs(weighted_error_rate(t, loo_pred, w) - weighted_error_rate(t, brute_pred, w))
+        <= np.max(w) / np.sum(w) + 1e-12
+    )
+
+
+@pytest.mark.parametrize("name, label_noise", LIKELIHOODS)
+def test_unit_weights_are_the_unweighted_code_bit_for_bit(name, label_noise):
+    X, t, _ = _problem(14, 8)
+    K = RBF(0.9)(X)
+    likelihood = make_likelihood(name, label_noise)
+    plain = expectation_propagation(KernelPosterior(K), t, likelihood, tol=1e-9)
+    ones = expectation_propagation(
+        KernelPosterior(K), t, likelihood, tol=1e-9, site_weights=np.ones(14)
+    )
+    for attribute in ("tau", "nu", "mean", "var", "cavity_mean", "cavity_var", "log_z"):
+        np.testing.assert_array_equal(
+            getattr(plain, attribute), getattr(ones, attribute)
+        )
+    assert plain.log_evidence == ones.log_evidence
+    assert plain.n_iter == ones.n_iter
+    naive = [
+        mean_field_iteration(
+            KernelPosterior(K),
+            t,
+            likelihood,
+            PriorVariance(np.diag(K).copy()),
+            tol=1e-9,
+            site_weights=weights,
+        )
+        for weights in (None, np.ones(14))
+    ]
+    np.testing.assert_array_equal(naive[0].alpha, naive[1].alpha)
+    np.testing.assert_array_equal(naive[0].cavity_mean, naive[1].cavity_mean)
+
+
+def test_weighted_error_rate_counts_each_point_by_its_weight():
+    y = np.array([0, 1, 1, 0])
+    pred = np.array([1, 1, 0, 0])
+    assert weighted_error_rate(y, pred, np.array([3.0, 1.0, 1.0, 5.0])) == 0.4
+    assert weighted_error_rate(y, pred) == 0.5
