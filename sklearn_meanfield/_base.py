@@ -3,9 +3,14 @@
 import functools
 
 import numpy as np
-from sklearn.utils.validation import validate_data
+from sklearn.utils.validation import _check_sample_weight, check_array, validate_data
 
-__all__ = ["Standardizer", "StandardizedRegressorMixin", "atomic_fit"]
+__all__ = [
+    "Standardizer",
+    "StandardizedRegressorMixin",
+    "atomic_fit",
+    "weighted_mean_std",
+]
 
 
 def atomic_fit(fit):
@@ -60,12 +65,95 @@ def atomic_fit(fit):
     return wrapper
 
 
-class Standardizer:
-    """Centre and scale columns; constant columns keep scale 1.
+# A constant column's scale is its magnitude, kept inside these bounds: at
+# least the smallest normal double (so that 1 / scale is finite), at most
+# ``_MAX_SCALE`` (so that the square of a standardised error times the scale
+# squared stays finite).  An all-zero column gets scale 1.
+_MAX_SCALE = 1e150
+# Standardised values are clipped here: both networks saturate long before,
+# and a value this far out would otherwise overflow to inf (then NaN).
+_MAX_STANDARDISED = 1e150
+# A column whose standard deviation is below this fraction of its mean's
+# magnitude is constant up to the rounding of its values.
+_CONSTANT_RTOL = 1e-12
+
+
+def _power_of_two_scale(data):
+    """Per column, ``2**e`` with ``max |x| / 2**e`` in [0.5, 1); 1 for zero columns.
+
+    Dividing by a power of two is exact (barring underflow of negligible
+    values), so moments computed on the rescaled data are the moments of the
+    data rescaled, and squares neither overflow (values up to 1.8e308) nor
+    underflow (values down to 1e-308).
+    """
+    largest = np.max(np.abs(data), axis=0)
+    _, exponent = np.frexp(largest)
+    return np.where(largest > 0, np.ldexp(1.0, exponent), 1.0)
+
+
+def weighted_mean_std(data, sample_weight=None):
+    """Column means and standard deviations that neither overflow nor underflow.
 
     Parameters
     ----------
     data : ndarray of shape (n_samples, n_columns)
+        Finite values (any magnitude a double holds).
+    sample_weight : ndarray of shape (n_samples,) or None, default=None
+        Non-negative weights with a positive sum; an integer weight counts
+        the row that many times (the moments of the repeated data).
+
+    Returns
+    -------
+    mean, std : ndarray of shape (n_columns,)
+        The (weighted) mean and the (weighted, biased) standard deviation.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield._base import weighted_mean_std
+    >>> mean, std = weighted_mean_std(np.array([[1e300], [-1e300]]))
+    >>> float(mean[0]), float(std[0])
+    (0.0, 1e+300)
+    >>> mean, std = weighted_mean_std(np.array([[0.0], [1.0]]), np.array([1.0, 3.0]))
+    >>> float(mean[0]), round(float(std[0]) ** 2, 12)  # those of [0, 1, 1, 1]
+    (0.75, 0.1875)
+    """
+    data = np.asarray(data, dtype=float)
+    ref = _power_of_two_scale(data)
+    scaled = data / ref
+    if sample_weight is None:
+        mean = scaled.mean(axis=0)
+        std = scaled.std(axis=0)
+    else:
+        w = np.asarray(sample_weight, dtype=float) / np.sum(sample_weight)
+        mean = w @ scaled
+        std = np.sqrt(w @ (scaled - mean) ** 2)
+    return mean * ref, std * ref
+
+
+class Standardizer:
+    """Centre and scale columns, at any magnitude a double can hold.
+
+    The scale of a column is its standard deviation (weighted, when sample
+    weights are given), computed without overflow or underflow.  A constant
+    column (spread below ``1e-12`` of its magnitude) has no spread to scale
+    with: its scale is its magnitude ``|c|`` (kept in ``[2.2e-308, 1e150]``),
+    so that what is predicted for it, and its uncertainty, scale with the
+    data; an all-zero column gets scale 1.  Standardised values beyond
+    ``1e150`` in magnitude are clipped there.
+
+    Parameters
+    ----------
+    data : ndarray of shape (n_samples, n_columns)
+    sample_weight : ndarray of shape (n_samples,) or None, default=None
+        Non-negative weights: an integer weight counts the row that many
+        times, a zero weight ignores it.
+
+    Attributes
+    ----------
+    mean, scale : ndarray of shape (n_columns,)
+    constant : ndarray of shape (n_columns,), bool
+        The columns without spread; their mean is their value exactly.
 
     Examples
     --------
@@ -74,24 +162,53 @@ class Standardizer:
     >>> s = Standardizer(np.array([[1.0, 5.0], [3.0, 5.0]]))
     >>> s.transform(np.array([[2.0, 5.0]])).tolist()
     [[0.0, 0.0]]
+    >>> s.scale.tolist()  # the constant column: its magnitude
+    [1.0, 5.0]
     >>> s.inverse_mean(np.array([[1.0, 0.0]])).tolist()
     [[3.0, 5.0]]
     """
 
-    def __init__(self, data):
+    def __init__(self, data, sample_weight=None):
         data = np.asarray(data, dtype=float)
-        self.mean = data.mean(axis=0)
-        scale = data.std(axis=0)
-        # A constant column carries no information; scale 1 avoids 0 / 0.
-        self.scale = np.where(scale > 1e-12 * (1.0 + np.abs(self.mean)), scale, 1.0)
+        if sample_weight is not None:
+            # Zero-weight rows are dropped, so that they leave no trace at all.
+            keep = np.asarray(sample_weight) > 0
+            data, sample_weight = data[keep], np.asarray(sample_weight)[keep]
+        mean, scale = weighted_mean_std(data, sample_weight)
+        exact = np.all(data == data[:1], axis=0)
+        self.constant = exact | (scale <= _CONSTANT_RTOL * np.abs(mean))
+        # A constant column's mean is its value, not a rounded average of it.
+        self.mean = np.where(exact, data[0], mean)
+        magnitude = np.clip(np.abs(self.mean), np.finfo(float).tiny, _MAX_SCALE)
+        self.scale = np.where(
+            self.constant,
+            np.where(self.mean != 0, magnitude, 1.0),
+            np.maximum(scale, np.finfo(float).tiny),
+        )
 
     def transform(self, data):
-        """Standardised copy of ``data``."""
-        return (np.asarray(data, dtype=float) - self.mean) / self.scale
+        """Standardised copy of ``data`` (clipped to +-1e150)."""
+        data = np.asarray(data, dtype=float)
+        with np.errstate(over="ignore"):
+            out = (data - self.mean) / self.scale
+            if not np.all(np.isfinite(out)):
+                # x - mean overflowed (opposite signs near the largest
+                # double) or the quotient did: divide first.
+                out = data / self.scale - self.mean / self.scale
+        return np.clip(out, -_MAX_STANDARDISED, _MAX_STANDARDISED)
 
     def inverse_mean(self, data):
         """Map standardised values back to the original units."""
-        return data * self.scale + self.mean
+        with np.errstate(over="ignore"):
+            out = data * self.scale + self.mean
+            if not np.all(np.isfinite(out)):
+                # data * scale overflowed although the sum may not: halve.
+                out = 2.0 * (data * (0.5 * self.scale) + 0.5 * self.mean)
+        return out
+
+    def inverse_scale(self, data):
+        """Map standardised spreads (standard deviations) to the original units."""
+        return data * self.scale
 
 
 class StandardizedRegressorMixin:
@@ -132,6 +249,28 @@ class StandardizedRegressorMixin:
         At least two samples are required: one sample has no spread to
         standardise with and leaves nothing for leave-one-out.
         """
+        return self._validate_weighted_training_data(X, y, None)[:4]
+
+    def _validate_weighted_training_data(self, X, y, sample_weight):
+        """:meth:`_validate_training_data` with sample weights.
+
+        ``y`` is converted to float64 (numeric strings included; anything
+        else raises ``ValueError`` here, before any work).  ``sample_weight``
+        is validated by scikit-learn's rules (length, finite, non-negative,
+        not all zero) and the scalers are fitted with it: an integer weight
+        counts its row that many times, a zero weight drops the row.  A
+        target column whose spread exceeds 1e150 is refused: the mean squared
+        errors and variances reported in its units would overflow.
+
+        Returns
+        -------
+        X, y : ndarray
+            Validated inputs (float64) and targets (float64, shape kept).
+        Xs, Ys : ndarray of shape (n_samples, n_features), (n_samples, n_outputs)
+            Standardised inputs and targets.
+        sample_weight : ndarray of shape (n_samples,) or None
+            Validated weights (float64), None when none were given.
+        """
         X, y = validate_data(
             self,
             X,
@@ -141,11 +280,43 @@ class StandardizedRegressorMixin:
             dtype=np.float64,
             ensure_min_samples=2,
         )
+        try:
+            # y_numeric converts object arrays only; strings would reach the
+            # arithmetic at the end of a fit and fail there.
+            y = check_array(
+                y, ensure_2d=False, dtype=np.float64, input_name="y", estimator=self
+            )
+        except ValueError as error:
+            raise ValueError(f"y must be numeric for a regressor: {error}") from error
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(
+                sample_weight, X, dtype=np.float64, ensure_non_negative=True
+            )
         Y = y.reshape(len(y), -1)
         self._y_ndim = y.ndim
-        self._x_scaler, self._y_scaler = Standardizer(X), Standardizer(Y)
-        return X, y, self._x_scaler.transform(X), self._y_scaler.transform(Y)
+        y_scaler = Standardizer(Y, sample_weight)
+        too_wide = np.flatnonzero(~y_scaler.constant & (y_scaler.scale > _MAX_SCALE))
+        if too_wide.size:
+            j = int(too_wide[0])
+            raise ValueError(
+                f"Target column {j} of y has a standard deviation of "
+                f"{y_scaler.scale[j]:.3g}, above {_MAX_SCALE:.0e}: the mean squared "
+                "errors and variances reported in its units would overflow float64. "
+                "Divide y by a constant."
+            )
+        self._x_scaler, self._y_scaler = Standardizer(X, sample_weight), y_scaler
+        return (
+            X,
+            y,
+            self._x_scaler.transform(X),
+            self._y_scaler.transform(Y),
+            sample_weight,
+        )
 
     def _like_y(self, values):
-        """Drop the output axis (axis 1) when the training ``y`` was 1-D."""
-        return values[:, 0] if self._y_ndim == 1 else values
+        """Drop the output axis (axis 1) when there is one output.
+
+        Like ``GaussianProcessRegressor`` and ``MLPRegressor``, a training
+        ``y`` of shape (n_samples, 1) gives 1-D predictions.
+        """
+        return values[:, 0] if values.shape[1] == 1 else values
