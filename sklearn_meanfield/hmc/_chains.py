@@ -109,6 +109,7 @@ def run_chains(
     chain_ids=None,
     verbose=0,
     tasks=None,
+    sample_weight=None,
 ):
     """Run a batch of chains: warm-up with adaptation, then sampling.
 
@@ -150,7 +151,14 @@ def run_chains(
         (:func:`iteration_blocks`) is one of its steps.  When a step's
         callback asks to stop, the batch stops at the end of the first block
         of the sampling phase that leaves every chain ``MIN_DRAWS`` draws or
-        more; the draws kept so far are returned.
+        more; the draws kept so far are returned.  A request during warm-up
+        ends the batch at once: the last ``MIN_DRAWS`` warm-up states become
+        the draws (the warm-up continues only until it has made that many),
+        and ``stopped_in_warmup`` says so.
+    sample_weight : ndarray of shape (n_samples,) or None, default=None
+        Weight of every row's log likelihood (an integer weight counts the row
+        that many times): in the potential energy and its gradient, the Gibbs
+        step of the noise precisions, the rescaling moves and the step sizes.
 
     Returns
     -------
@@ -161,7 +169,8 @@ def run_chains(
         n_outputs), ``accepted`` and ``divergent`` (n_kept, n_chains, bool,
         per draw), ``accept_rate``, ``step_size``, ``n_divergent``
         (n_chains,), acceptance and divergences counted after warm-up.
-        ``n_kept`` is ``n_samples`` unless a callback stopped the chains.
+        ``n_kept`` is ``n_samples`` unless a callback stopped the chains;
+        ``stopped_in_warmup`` (bool) when it stopped them during warm-up.
 
     Examples
     --------
@@ -190,7 +199,11 @@ def run_chains(
     )
     reporter = ProgressReporter(verbose, f"HMCNetworkRegressor chains {chain_ids}")
     n_train = X.shape[0]
-    X_sq_sum = np.sum(X**2, axis=0)
+    if sample_weight is None:
+        # Summed squares of what feeds each weight, for the step sizes.
+        X_sq_sum, n_weighted = np.sum(X**2, axis=0), n_train
+    else:
+        X_sq_sum, n_weighted = sample_weight @ X**2, float(np.sum(sample_weight))
     X_aug_t = augment(X)
 
     group_precision = np.tile(prior.group_means(layout), (n_chains, 1))
@@ -205,13 +218,20 @@ def run_chains(
 
         def target(q):
             return log_posterior_and_grad(
-                q, X, Y, noise, precision, layout, X_augmented_T=X_aug_t
+                q,
+                X,
+                Y,
+                noise,
+                precision,
+                layout,
+                X_augmented_T=X_aug_t,
+                sample_weight=sample_weight,
             )
 
         return target
 
     target = make_target(noise_precision, group_precision)
-    scales = step_scales(group_precision, noise_precision, X_sq_sum, n_train, layout)
+    scales = step_scales(group_precision, noise_precision, X_sq_sum, n_weighted, layout)
     log_prob, grad = target(theta)
     log_eta = np.full(n_chains, np.log(step_size))
     adapter = DualAveraging(log_eta, target=target_accept)
@@ -238,12 +258,21 @@ def run_chains(
     total = n_warmup + n_samples
     report_every, _ = iteration_blocks(n_warmup, n_samples)
     n_kept = n_samples
-    stop = False
+    stop = stopped_in_warmup = False
+    # The last MIN_DRAWS warm-up states, the draws of a chain stopped during
+    # warm-up; row ``iteration % MIN_DRAWS`` holds that iteration's state.
+    recent_states = {
+        "theta": np.empty((MIN_DRAWS, n_chains, P)),
+        "noise_precision": np.empty((MIN_DRAWS, n_chains, m)),
+        "group_precision": np.empty((MIN_DRAWS, n_chains, G)),
+        "accepted": np.zeros((MIN_DRAWS, n_chains), dtype=bool),
+        "divergent": np.zeros((MIN_DRAWS, n_chains), dtype=bool),
+    }
     for iteration in range(total):
         if iteration >= n_fixed:
             outputs, _ = forward(theta, X, layout)
             group_precision, noise_precision = gibbs_precisions(
-                theta, Y - outputs, layout, prior, rng
+                theta, Y - outputs, layout, prior, rng, sample_weight
             )
             theta, group_precision, rescale_accept = rescale_groups(
                 theta,
@@ -255,6 +284,7 @@ def run_chains(
                 prior,
                 np.exp(log_rescale_sd),
                 rng,
+                sample_weight,
             )
             theta, unit_accept = rescale_units(
                 theta,
@@ -265,6 +295,7 @@ def run_chains(
                 layout,
                 np.exp(log_unit_sd),
                 rng,
+                sample_weight,
             )
             if iteration < n_warmup:
                 rate = (iteration - n_fixed + 1) ** -0.6
@@ -272,7 +303,7 @@ def run_chains(
                 log_unit_sd += rate * (unit_accept - 0.44)
             target = make_target(noise_precision, group_precision)
             scales = step_scales(
-                group_precision, noise_precision, X_sq_sum, n_train, layout
+                group_precision, noise_precision, X_sq_sum, n_weighted, layout
             )
             log_prob, grad = target(theta)
         jitter = rng.uniform(0.9, 1.1, size=(n_chains, 1))
@@ -299,6 +330,16 @@ def run_chains(
             log_eta = adapter.update(step.accept_prob)
             if iteration == n_warmup - 1:
                 log_eta = adapter.final()
+            row = iteration % MIN_DRAWS
+            recent_states["theta"][row] = theta
+            recent_states["noise_precision"][row] = noise_precision
+            recent_states["group_precision"][row] = group_precision
+            recent_states["accepted"][row] = step.accepted
+            recent_states["divergent"][row] = step.divergent
+            if stop and iteration + 1 >= MIN_DRAWS:
+                # A stop asked for during warm-up (and enough states made).
+                stopped_in_warmup = True
+                break
         else:
             s = iteration - n_warmup
             out["theta"][s] = theta
@@ -329,8 +370,22 @@ def run_chains(
             if stop and MIN_DRAWS <= n_drawn < n_samples:
                 n_kept = n_drawn
                 break
+            if stop and iteration < n_warmup and iteration + 1 >= MIN_DRAWS:
+                stopped_in_warmup = True
+                break
     for task in tasks:
         task.end()
+    if stopped_in_warmup:
+        # The last MIN_DRAWS warm-up states, oldest first, are the draws.
+        order = (np.arange(iteration + 1 - MIN_DRAWS, iteration + 1)) % MIN_DRAWS
+        n_kept = MIN_DRAWS
+        for key, value in recent_states.items():
+            out[key] = value[order]
+        out["train_outputs"] = np.stack(
+            [forward(t, X, layout)[0] for t in out["theta"]]
+        )
+        accepted = out["accepted"].sum(axis=0).astype(float)
+        n_divergent = out["divergent"].sum(axis=0)
     for key in ("theta", "noise_precision", "group_precision", "train_outputs"):
         out[key] = out[key][:n_kept]
     out["accepted"] = out["accepted"][:n_kept]
@@ -338,4 +393,5 @@ def run_chains(
     out["accept_rate"] = accepted / max(n_kept, 1)
     out["step_size"] = np.exp(log_eta)
     out["n_divergent"] = n_divergent
+    out["stopped_in_warmup"] = stopped_in_warmup
     return out

@@ -211,12 +211,21 @@ def augment(X):
 
 
 def log_posterior_and_grad(
-    theta, X, Y, noise_precision, prior_precision, layout, X_augmented_T=None
+    theta,
+    X,
+    Y,
+    noise_precision,
+    prior_precision,
+    layout,
+    X_augmented_T=None,
+    sample_weight=None,
 ):
     """Log posterior of the weights given the precisions, and its gradient.
 
-    ``log p = -1/2 sum_k tau_k sum_i (y_ik - f_k(x_i))^2
-    - 1/2 sum_j lambda_j theta_j^2`` up to a constant in theta.  The gradient
+    ``log p = -1/2 sum_k tau_k sum_i w_i (y_ik - f_k(x_i))^2
+    - 1/2 sum_j lambda_j theta_j^2`` up to a constant in theta, with sample
+    weights ``w_i`` (1 without them): an integer weight counts the row that
+    many times, as scikit-learn's ``sample_weight`` does.  The gradient
     takes two matrix products each way: forward ``[X, 1] [W1; b1]`` and
     ``Z W2``, backward ``R W2^T`` and ``[X, 1]^T dA`` (plus ``Z^T R`` for W2).
 
@@ -231,6 +240,8 @@ def log_posterior_and_grad(
     layout : NetworkLayout
     X_augmented_T : ndarray of shape (n_features + 1, n_samples), default=None
         ``augment(X)``, precomputed by callers that evaluate many gradients.
+    sample_weight : ndarray of shape (n_samples,) or None, default=None
+        Weight of every row's log likelihood.
 
     Returns
     -------
@@ -263,6 +274,8 @@ def log_posterior_and_grad(
     hidden = _tanh(np.matmul(xa_t.T, v1))
     residual = Y - (np.matmul(hidden, w2) + b2[:, None, :])
     weighted = residual * noise_precision[:, None, :]
+    if sample_weight is not None:
+        weighted *= sample_weight[:, None]
     prior_term = prior_precision * theta
     log_prob = -0.5 * (
         np.einsum("cnm,cnm->c", residual, weighted)
@@ -286,13 +299,15 @@ def log_posterior_and_grad(
     return log_prob, grad
 
 
-def gibbs_precisions(theta, residual, layout, prior, random_state):
+def gibbs_precisions(theta, residual, layout, prior, random_state, sample_weight=None):
     """Draw the weight-group and noise precisions from their conditionals.
 
     A group of ``n`` weights ``z`` with a Gamma(shape a/2, mean w) prior on its
     precision has the conditional Gamma(shape (a + n)/2, rate (a/w + sum z^2)/2);
     the noise precision of output ``k`` likewise with the ``n_samples``
-    residuals of that output (Neal 1996, section 3.2).
+    residuals of that output (Neal 1996, section 3.2).  With sample weights
+    ``w_i`` the noise conditional counts ``sum_i w_i`` points and the
+    weighted sum of squares ``sum_i w_i r_i^2``, as for repeated rows.
 
     Parameters
     ----------
@@ -301,6 +316,7 @@ def gibbs_precisions(theta, residual, layout, prior, random_state):
     layout : NetworkLayout
     prior : HyperPrior
     random_state : numpy.random.Generator or RandomState
+    sample_weight : ndarray of shape (n_samples,) or None, default=None
 
     Returns
     -------
@@ -331,11 +347,29 @@ def gibbs_precisions(theta, residual, layout, prior, random_state):
         0.5 * (a + sizes), size=(n_chains, layout.n_groups)
     ) / (0.5 * (a / w + squares))
     a, w = prior.a_noise, prior.w_noise
-    n_samples = residual.shape[1]
+    if sample_weight is None:
+        n_samples, squares = residual.shape[1], np.sum(residual**2, axis=1)
+    else:
+        n_samples = np.sum(sample_weight)
+        squares = np.einsum("cnm,n->cm", residual**2, sample_weight)
     noise_precision = random_state.gamma(
         0.5 * (a + n_samples), size=(n_chains, layout.n_outputs)
-    ) / (0.5 * (a / w + np.sum(residual**2, axis=1)))
+    ) / (0.5 * (a / w + squares))
     return group_precision, noise_precision
+
+
+def _log_likelihood(Y, noise_precision, sample_weight=None):
+    """``out -> -1/2 sum_k tau_k sum_i w_i (y_ik - out_cik)^2`` per chain ``c``."""
+
+    def log_lik(out):
+        residual = Y - out
+        if sample_weight is None:
+            return -0.5 * np.einsum("cnm,cm->c", residual * residual, noise_precision)
+        return -0.5 * np.einsum(
+            "cnm,cm,n->c", residual * residual, noise_precision, sample_weight
+        )
+
+    return log_lik
 
 
 def step_scales(group_precision, noise_precision, X_sq_sum, n_samples, layout):
@@ -433,6 +467,7 @@ def rescale_groups(
     prior,
     proposal_sd,
     random_state,
+    sample_weight=None,
 ):
     """Joint Metropolis moves of each weight group and its precision.
 
@@ -466,6 +501,8 @@ def rescale_groups(
     proposal_sd : ndarray of shape (n_chains, n_groups)
         Standard deviation of ``log c`` per chain and group.
     random_state : numpy.random.Generator or ChainRandom
+    sample_weight : ndarray of shape (n_samples,) or None, default=None
+        Weight of every row's log likelihood.
 
     Returns
     -------
@@ -520,9 +557,7 @@ def rescale_groups(
     hidden = _tanh(pre)
     outputs = np.matmul(hidden, w2) + b2[:, None, :]
 
-    def log_lik(out):
-        residual = Y - out
-        return -0.5 * np.einsum("cnm,cm->c", residual * residual, noise_precision)
+    log_lik = _log_likelihood(Y, noise_precision, sample_weight)
 
     current = log_lik(outputs)
     log_c = random_state.standard_normal((n_chains, layout.n_groups)) * proposal_sd
@@ -582,6 +617,7 @@ def rescale_units(
     layout,
     proposal_sd,
     random_state,
+    sample_weight=None,
 ):
     """Metropolis moves along the scale ridge of every hidden unit.
 
@@ -611,6 +647,8 @@ def rescale_units(
     proposal_sd : ndarray of shape (n_chains, n_hidden)
         Standard deviation of ``log c`` per chain and unit.
     random_state : numpy.random.Generator or ChainRandom
+    sample_weight : ndarray of shape (n_samples,) or None, default=None
+        Weight of every row's log likelihood.
 
     Returns
     -------
@@ -653,9 +691,7 @@ def rescale_units(
     hidden = _tanh(pre)
     outputs = np.matmul(hidden, w2) + b2[:, None, :]
 
-    def log_lik(out):
-        residual = Y - out
-        return -0.5 * np.einsum("cnm,cm->c", residual * residual, noise_precision)
+    log_lik = _log_likelihood(Y, noise_precision, sample_weight)
 
     current = log_lik(outputs)
     log_c = random_state.standard_normal((n_chains, h)) * proposal_sd

@@ -5,6 +5,7 @@ from numbers import Integral, Real
 
 import numpy as np
 from joblib import effective_n_jobs
+from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
@@ -12,10 +13,11 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import StandardizedRegressorMixin, atomic_fit
-from .._loo import psis_loo
+from .._loo import psis_smooth
+from .._memory import check_memory
 from .._parallel import N_JOBS_CONSTRAINT, draw_seeds, run_parallel
 from .._progress import CallbackSupportMixin, fit_progress
-from ._chains import iteration_blocks, run_chains
+from ._chains import MIN_DRAWS, iteration_blocks, run_chains
 from ._diagnostics import effective_sample_size, split_rhat
 from ._network import HyperPrior, NetworkLayout, forward
 
@@ -31,6 +33,30 @@ def _run_batch(X, Y, layout, prior, seeds, chain_ids, settings, tasks):
     return run_chains(
         X, Y, layout, prior, seeds, chain_ids=chain_ids, tasks=tasks, **settings
     )
+
+
+def sampling_memory_bytes(n_samples, n_chains, n_train, n_params, n_outputs, n_groups):
+    """Peak bytes a fit holds: the draws, then the leave-one-out arrays beside them.
+
+    The chains store, per draw and chain, the parameters, the precisions and
+    the network outputs at the training points; the leave-one-out step then
+    holds about three more arrays of draws x training points x outputs (the
+    residuals, the log likelihoods and the importance weights) while the draws
+    are still held, plus the concatenated copies of the draws.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield.hmc.regressor import sampling_memory_bytes
+    >>> # 5e6 draws per chain, 4 chains, 100 points, 1 input, 10 hidden units:
+    >>> # the network outputs alone are 14.9 GiB.
+    >>> round(sampling_memory_bytes(5_000_000, 4, 100, 31, 1, 4) / 2**30)
+    85
+    """
+    per_draw = n_params + n_outputs + n_groups + n_train * n_outputs
+    draws = 8.0 * n_samples * n_chains * (per_draw + 0.25)
+    loo = 8.0 * n_samples * n_chains * n_train * (n_outputs + 2)
+    # Chains' arrays, their concatenation, then the LOO arrays.
+    return 2.0 * draws + loo
 
 
 class HMCNetworkRegressor(
@@ -99,22 +125,30 @@ class HMCNetworkRegressor(
         follows the fit: one subtask per chain, run in the chain's worker,
         and in each a step per tenth of its iterations.  A callback that asks
         to stop ends the sampling early: every chain keeps the draws made so
-        far (at least four; a request during warm-up takes effect once four
-        draws are kept), the same number in every chain.
+        far (at least four), the same number in every chain.  A request during
+        warm-up ends the fit at once, keeping the last four warm-up states as
+        the draws, with a ``ConvergenceWarning`` (they come from chains that
+        were still adapting): a time limit is honoured at any stage.
 
     Attributes
     ----------
     loo_error_ : float
-        PSIS leave-one-out mean squared error, averaged over outputs.
+        PSIS leave-one-out mean squared error, averaged over outputs (and
+        weighted by ``sample_weight`` when given).
     loo_prediction_ : ndarray, shaped like ``y``
-        Leave-one-out predictive means.
+        Leave-one-out predictive means.  A row of weight ``w`` is left out
+        whole (its log likelihood times ``w`` in the importance weights), as
+        leaving out all ``w`` copies of a repeated row would.  It keeps the
+        shape of ``y`` (the package's contract) also for ``y`` of shape
+        (n_samples, 1), where :meth:`predict` gives 1-D arrays.
     loo_log_density_ : ndarray of shape (n_samples,)
         Leave-one-out log predictive density of each training point (of all its
-        outputs jointly).
+        outputs jointly; of one copy of a weighted row).
     pareto_k_ : ndarray of shape (n_samples,)
         PSIS shape estimate per training point; above 0.7 the point's
         leave-one-out estimate is unreliable (``inf`` when too few distinct
-        draws fall in the tail to fit it).
+        draws fall in the tail to fit it; 0 for rows of zero weight, whose
+        leave-one-out posterior is the posterior itself).
     acceptance_rate_ : ndarray of shape (n_chains,)
         Fraction of trajectories accepted after warm-up.
     step_size_ : ndarray of shape (n_chains,)
@@ -226,18 +260,28 @@ class HMCNetworkRegressor(
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Sample the posterior of the network weights given the data.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Training inputs (standardised internally; constant columns are
-            kept at scale 1).
+            Training inputs (standardised internally; a constant column is
+            scaled by its magnitude).
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-            Targets.  A constant target is a well-defined model: the
-            estimator then predicts the constant, with a leave-one-out error
-            of about zero.
+            Targets (numbers, or strings of numbers).  A constant target is
+            a well-defined model: the estimator then predicts the constant
+            exactly (the posterior given a constant target is symmetric about
+            it), with a predictive standard deviation proportional to its
+            magnitude and a leave-one-out error of zero.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights, scikit-learn's meaning: an integer weight is
+            the same model as the row repeated that many times, a zero weight
+            as the row left out.  Each row's log likelihood is multiplied by
+            its weight (in the potential energy and its gradient, and in the
+            Gibbs step of the noise precision, which counts the sum of the
+            weights as the number of points); the standardisation is weighted
+            alike.
 
         Returns
         -------
@@ -247,23 +291,50 @@ class HMCNetworkRegressor(
         ------
         ValueError
             With fewer than two samples (nothing to standardise with, nothing
-            to leave out), or invalid ``X`` or ``y`` (NaN, infinity, shape).
+            to leave out), invalid ``X``, ``y`` or ``sample_weight`` (NaN,
+            infinity, shape, non-numeric ``y``, negative weights), or a target
+            column whose spread exceeds 1e150 (its squared errors overflow).
+        MemoryError
+            When the draws and the leave-one-out arrays (``n_samples *
+            n_chains * n_samples_train * n_outputs`` floats, several times)
+            would not fit in the memory this process may use; raised before
+            any sampling.
         """
-        X, y, Xs, Ys = self._validate_training_data(X, y)
+        X, y, Xs, Ys, sample_weight = self._validate_weighted_training_data(
+            X, y, sample_weight
+        )
+        layout = NetworkLayout(
+            Xs.shape[1], self.hidden_layer_size, Ys.shape[1], self.ard
+        )
+        needed = sampling_memory_bytes(
+            self.n_samples,
+            self.n_chains,
+            Xs.shape[0],
+            layout.n_params,
+            layout.n_outputs,
+            layout.n_groups,
+        )
+        check_memory(
+            needed,
+            f"HMCNetworkRegressor with n_samples={self.n_samples} draws x "
+            f"{self.n_chains} chains on {Xs.shape[0]} training points",
+            "Use fewer draws per chain (n_samples) or fewer chains: a few "
+            "thousand draws in all usually suffice for the predictive mean "
+            "and standard deviation.",
+        )
         # With scikit-learn callbacks, every chain is a subtask of the fit.
         with fit_progress(self, self.verbose, max_steps=self.n_chains, X=X, y=y) as (
             reporter
         ):
-            self._sample(y, Xs, Ys, reporter)
+            self._sample(y, Xs, Ys, sample_weight, layout, reporter)
         return self
 
-    def _sample(self, y, Xs, Ys, reporter):
+    def _sample(self, y, Xs, Ys, sample_weight, layout, reporter):
         rng = check_random_state(self.random_state)
-        layout = NetworkLayout(
-            Xs.shape[1], self.hidden_layer_size, Ys.shape[1], self.ard
-        )
         prior = HyperPrior()
         self._layout = layout
+        # Outputs without spread: the posterior is symmetric about them.
+        self._constant_outputs = self._y_scaler.constant.copy()
         seeds = draw_seeds(rng, self.n_chains)
         # Chains are grouped into one batch per worker; each chain has its own
         # generator, so the grouping changes speed, not results.
@@ -277,6 +348,7 @@ class HMCNetworkRegressor(
             persistence=self.persistence,
             target_accept=self.target_accept,
             verbose=self.verbose,
+            sample_weight=sample_weight,
         )
         reporter(1, "%d chains in %d batches", self.n_chains, n_batches)
         _, n_blocks = iteration_blocks(self.n_warmup, self.n_samples)
@@ -307,6 +379,14 @@ class HMCNetworkRegressor(
         self.step_size_ = np.concatenate([r["step_size"] for r in results])
         if n_kept < self.n_samples:
             reporter(1, "stopped by a callback: %d draws per chain kept", n_kept)
+        if any(r["stopped_in_warmup"] for r in results):
+            warnings.warn(
+                f"A callback stopped the sampling during warm-up: each chain "
+                f"keeps its last {MIN_DRAWS} warm-up states as draws, from "
+                "chains that were still adapting. Predictions are usable but "
+                "rough; allow more time for a converged fit.",
+                ConvergenceWarning,
+            )
 
         n_chains = theta.shape[1]
         self.parameter_draws_ = theta.transpose(1, 0, 2).reshape(n_chains * n_kept, -1)
@@ -316,12 +396,12 @@ class HMCNetworkRegressor(
         self.precision_draws_ = group_precision.transpose(1, 0, 2).reshape(
             n_chains * n_kept, -1
         )
-        self.noise_std_ = self._y_scaler.scale * np.mean(
-            1.0 / np.sqrt(self.noise_precision_draws_), axis=0
+        self.noise_std_ = self._y_scaler.inverse_scale(
+            np.mean(1.0 / np.sqrt(self.noise_precision_draws_), axis=0)
         )
 
         self._diagnose(outputs, noise_precision, group_precision)
-        self._leave_one_out(y, Ys, outputs, noise_precision)
+        self._leave_one_out(y, Ys, sample_weight, outputs, noise_precision)
         reporter(
             1,
             "done: acceptance %s, R-hat %.3f, LOO MSE %.4g",
@@ -371,8 +451,9 @@ class HMCNetworkRegressor(
                 ConvergenceWarning,
             )
 
-    def _leave_one_out(self, y, Ys, outputs, noise_precision):
+    def _leave_one_out(self, y, Ys, sample_weight, outputs, noise_precision):
         n_kept, n_chains, n_train, n_outputs = outputs.shape
+        n_draws = n_kept * n_chains
         # (draw, point): the log likelihood of all outputs of a point jointly,
         # in standardised units (a constant per point, which PSIS ignores).
         residual = Ys[None, None] - outputs
@@ -381,22 +462,40 @@ class HMCNetworkRegressor(
             - noise_precision[:, :, None, :] * residual**2,
             axis=3,
         )
+        del residual
+        # Leaving a row of weight w out divides the posterior by its
+        # likelihood to the power w (all w copies of a repeated row).
+        if sample_weight is None:
+            row_loglik, weighted = loglik, np.arange(n_train)
+        else:
+            row_loglik = loglik * sample_weight
+            weighted = np.flatnonzero(sample_weight > 0)
+        # Rows of zero weight: the posterior is their leave-one-out posterior.
+        log_weights = np.full((n_draws, n_train), -np.log(n_draws))
+        pareto_k = np.zeros(n_train)
+        part = row_loglik[:, :, weighted]
         # Relative efficiency of the likelihood draws sets the PSIS tail length.
-        lik = np.exp(loglik - loglik.max(axis=(0, 1)))
+        lik = np.exp(part - part.max(axis=(0, 1)))
         ess = effective_sample_size(lik.transpose(1, 0, 2), method="basic")
-        r_eff = np.clip(ess / (n_kept * n_chains), 1e-3, 1.0)
-        result = psis_loo(
-            loglik.reshape(n_kept * n_chains, n_train),
-            predictions=outputs.reshape(n_kept * n_chains, n_train, n_outputs),
-            r_eff=r_eff,
+        r_eff = np.clip(ess / n_draws, 1e-3, 1.0)
+        log_weights[:, weighted], pareto_k[weighted] = psis_smooth(
+            -part.reshape(n_draws, -1), r_eff=r_eff
         )
-        prediction = self._y_scaler.inverse_mean(result.prediction)
+        loglik = loglik.reshape(n_draws, n_train)
+        log_density = logsumexp(log_weights + loglik, axis=0)
+        prediction = np.einsum(
+            "sn,snm->nm",
+            np.exp(log_weights),
+            outputs.reshape(n_draws, n_train, n_outputs),
+        )
+        # A constant output: the leave-one-out posterior is symmetric too.
+        prediction[:, self._constant_outputs] = 0.0
+        prediction = self._y_scaler.inverse_mean(prediction)
         self.loo_prediction_ = prediction.reshape(y.shape)
-        self.loo_error_ = float(np.mean((y - self.loo_prediction_) ** 2))
-        self.loo_log_density_ = result.log_density - np.sum(
-            np.log(self._y_scaler.scale)
-        )
-        self.pareto_k_ = result.pareto_k
+        row_error = np.mean((y.reshape(n_train, -1) - prediction) ** 2, axis=1)
+        self.loo_error_ = float(np.average(row_error, weights=sample_weight))
+        self.loo_log_density_ = log_density - np.sum(np.log(self._y_scaler.scale))
+        self.pareto_k_ = pareto_k
         n_bad = int(np.sum(self.pareto_k_ > 0.7))
         if n_bad > max(0.05 * n_train, 1):
             warnings.warn(
@@ -406,11 +505,16 @@ class HMCNetworkRegressor(
                 ConvergenceWarning,
             )
 
+    def _standardised_outputs(self, X):
+        """Network outputs of every draw, (n_draws, n_rows, n_outputs), standardised."""
+        outputs, _ = forward(
+            self.parameter_draws_, self._x_scaler.transform(X), self._layout
+        )
+        return outputs
+
     def _draw_outputs(self, X):
         """Network outputs of every draw, (n_draws, n_rows, n_outputs), target units."""
-        Xs = self._x_scaler.transform(X)
-        outputs, _ = forward(self.parameter_draws_, Xs, self._layout)
-        return self._y_scaler.inverse_mean(outputs)
+        return self._y_scaler.inverse_mean(self._standardised_outputs(X))
 
     def predict_draws(self, X):
         """Network output of every posterior draw (no noise), in target units.
@@ -423,6 +527,8 @@ class HMCNetworkRegressor(
         -------
         draws : ndarray of shape (n_draws, n_samples) or \
                 (n_draws, n_samples, n_outputs)
+            The output axis is dropped for a single output (``y`` of shape
+            (n_samples,) or (n_samples, 1)), as in :meth:`predict`.
             ``n_draws = n_chains * n_kept`` (``n_kept`` is the estimator's
             ``n_samples`` unless a callback stopped the sampling), chain by
             chain: rows ``c * n_kept`` to ``(c + 1) * n_kept - 1`` are chain
@@ -431,10 +537,17 @@ class HMCNetworkRegressor(
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
         draws = self._draw_outputs(X)
-        return draws[:, :, 0] if self._y_ndim == 1 else draws
+        return draws[:, :, 0] if draws.shape[2] == 1 else draws
 
     def predict(self, X, return_std=False):
         """Posterior predictive mean (and standard deviation, noise included).
+
+        For a constant target the mean is the constant exactly: the posterior
+        given a target without spread is symmetric about it (negating the
+        output weights of that output leaves it unchanged), so the average of
+        the network over the draws, which differs from it by Monte Carlo
+        error only, is replaced by its exact value, and the spread is taken
+        about it.
 
         Parameters
         ----------
@@ -446,23 +559,28 @@ class HMCNetworkRegressor(
         Returns
         -------
         y_mean : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+            1-D for a single output (``y`` of shape (n_samples,) or
+            (n_samples, 1)), as in ``GaussianProcessRegressor``.
         y_std : ndarray, same shape, only when ``return_std``
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
-        noise_var = np.mean(1.0 / self.noise_precision_draws_, axis=0) * (
-            self._y_scaler.scale**2
-        )
+        noise_var = np.mean(1.0 / self.noise_precision_draws_, axis=0)
+        constant = self._constant_outputs
         means, stds = [], []
         for start in range(0, X.shape[0], _PREDICT_BLOCK):
-            draws = self._draw_outputs(X[start : start + _PREDICT_BLOCK])
-            means.append(draws.mean(axis=0))
+            draws = self._standardised_outputs(X[start : start + _PREDICT_BLOCK])
+            mean = draws.mean(axis=0)
+            mean[:, constant] = 0.0
+            means.append(mean)
             if return_std:
-                stds.append(np.sqrt(draws.var(axis=0) + noise_var))
-        mean = self._like_y(np.concatenate(means, axis=0))
+                spread = np.mean((draws - mean) ** 2, axis=0)
+                stds.append(np.sqrt(spread + noise_var))
+        mean = self._y_scaler.inverse_mean(np.concatenate(means, axis=0))
         if not return_std:
-            return mean
-        return mean, self._like_y(np.concatenate(stds, axis=0))
+            return self._like_y(mean)
+        std = self._y_scaler.inverse_scale(np.concatenate(stds, axis=0))
+        return self._like_y(mean), self._like_y(std)
 
     def sample_y(self, X, n_samples=1, random_state=None):
         """Draw targets from the posterior predictive distribution.
@@ -480,6 +598,8 @@ class HMCNetworkRegressor(
         -------
         y_samples : ndarray of shape (n_samples_X, n_samples) or \
                 (n_samples_X, n_outputs, n_samples)
+            The output axis is dropped for a single output, as in
+            ``GaussianProcessRegressor``.
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
