@@ -22,19 +22,21 @@ from sklearn_meanfield.bethe.rbm import _check_unit_interval
 class _SquashedBetheRBM(BetheRBM):
     """BetheRBM that maps x >= 0 to x / (1 + x) in [0, 1) before validating.
 
-    scikit-learn's checks feed values above 1, which BetheRBM rejects by
-    design; on squashed data every check must pass (negative values still
+    scikit-learn's checks fit on values above 1, which BetheRBM's fit rejects
+    by design; on squashed data every check must pass (negative values still
     raise, as the positive_only tag requires).
     """
 
-    def _validate(self, X, reset):
-        X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=reset)
+    def _validate(self, X, reset, unit_interval=None):
+        X = validate_data(
+            self, X, accept_sparse="csr", dtype=(np.float64, np.float32), reset=reset
+        )
         if sp.issparse(X):
             X = X.copy()
             X.data = np.where(X.data >= 0, X.data / (1 + np.abs(X.data)), X.data)
         else:
             X = np.where(X >= 0, X / (1 + np.abs(X)), X)
-        _check_unit_interval(X)
+        _check_unit_interval(X, unit_interval or "transform")
         return X
 
 
@@ -65,15 +67,42 @@ def set_parameters(model, W, b, c):
         (sp.csr_matrix(np.array([[0.0, 2.0], [1.0, 0.0]])), r"\[0, 1\]"),
     ],
 )
-def test_values_outside_unit_interval_raise(X, message):
+def test_only_the_likelihood_methods_need_the_unit_interval(X, message):
     with pytest.raises(ValueError, match=message):
         BetheRBM(n_components=2).fit(X)
+    with pytest.raises(ValueError, match=message):
+        BetheRBM(n_components=2).partial_fit(X)
     fitted = BetheRBM(n_components=2, n_iter=1, random_state=0).fit(
         np.array([[0.0, 1.0], [1.0, 0.5]])
     )
-    for method in (fitted.transform, fitted.score_samples, fitted.gibbs):
-        with pytest.raises(ValueError, match=r"\[0, 1\]"):
-            method(X)
+    with pytest.raises(ValueError, match="score_samples") as error:
+        fitted.score_samples(X)
+    # The advice must not lead back into the trap: a plain MinMaxScaler maps
+    # held-out data outside [0, 1], MinMaxScaler(clip=True) does not.
+    assert "MinMaxScaler(clip=True)" in str(error.value)
+    assert "transform and gibbs accept any values" in str(error.value)
+    # p(h | v) is defined for any v: transform and gibbs accept what
+    # BernoulliRBM accepts and give its numbers.
+    peer = BernoulliRBM(n_components=2, n_iter=1, random_state=0).fit(
+        np.array([[0.0, 1.0], [1.0, 0.5]])
+    )
+    set_parameters(
+        peer, fitted.components_, fitted.intercept_visible_, fitted.intercept_hidden_
+    )
+    np.testing.assert_allclose(fitted.transform(X), peer.transform(X), rtol=1e-12)
+    dense = X.toarray() if sp.issparse(X) else X
+    fitted.random_state_ = np.random.RandomState(5)
+    peer.random_state_ = np.random.RandomState(5)
+    np.testing.assert_array_equal(fitted.gibbs(X), peer.gibbs(dense))
+
+
+def test_error_message_names_the_method_and_the_range():
+    X = np.array([[0.0, 1.0], [1.0, 0.5]])
+    fitted = BetheRBM(n_components=2, n_iter=1, random_state=0).fit(X)
+    with pytest.raises(ValueError, match=r"BetheRBM.score_samples.*\[-0.25, 0.75\]"):
+        fitted.score_samples(X - 0.25)
+    with pytest.raises(ValueError, match=r"BetheRBM.partial_fit.*\[0, 3\]"):
+        fitted.partial_fit(3 * X)
 
 
 def test_free_energy_transform_and_features_match_bernoulli_rbm():
@@ -262,3 +291,51 @@ def test_gaussian_form_trains_close_to_bipartite_form():
         assert np.all(np.isfinite(model.score_samples(X_test)))
         scores.append(exact)
     assert abs(scores[0] - scores[1]) < 0.3
+
+
+# --- a drop-in in pipelines: held-out data outside [0, 1] (issue 16) ----------
+
+
+def _digits_search(cls):
+    """GridSearchCV of MinMaxScaler -> cls -> LogisticRegression on digits."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV, KFold
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import MinMaxScaler
+
+    X, y = load_digits(return_X_y=True)
+    X, y = X[:600], y[:600]
+    cv = KFold(3, shuffle=True, random_state=0)
+    pipe = Pipeline(
+        [
+            ("scale", MinMaxScaler()),
+            ("rbm", cls(n_iter=3, random_state=0)),
+            ("clf", LogisticRegression(max_iter=5000)),
+        ]
+    )
+    grid = {"rbm__learning_rate": [0.2, 0.5], "rbm__n_components": [16, 32]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning of any kind
+        search = GridSearchCV(pipe, grid, cv=cv, error_score="raise").fit(X, y)
+    # The trap: every held-out fold, scaled on its training folds, leaves
+    # [0, 1] (pixels brighter or darker than any seen in training).
+    for train, test in cv.split(X):
+        held_out = MinMaxScaler().fit(X[train]).transform(X[test])
+        assert held_out.min() < 0 or held_out.max() > 1
+    return search.cv_results_["mean_test_score"]
+
+
+def test_grid_search_pipeline_with_min_max_scaler_on_digits():
+    # Issue 16: every candidate scored NaN because transform refused the
+    # held-out folds.  Measured: 0.403, 0.573, 0.720, 0.748 (BernoulliRBM in
+    # the same search 0.425, 0.548, 0.715, 0.738); chance is 0.1.
+    scores = _digits_search(BetheRBM)
+    assert scores.shape == (4,) and np.all(np.isfinite(scores))
+    assert np.all(scores > 0.3) and scores.max() > 0.65
+
+
+@pytest.mark.slow
+def test_grid_search_pipeline_scores_like_bernoulli_rbm():
+    np.testing.assert_allclose(
+        _digits_search(BetheRBM), _digits_search(BernoulliRBM), atol=0.1
+    )

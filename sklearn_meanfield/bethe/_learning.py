@@ -16,6 +16,7 @@ from scipy.special import expit
 from sklearn.utils.extmath import safe_sparse_dot
 
 from ._message_passing import bethe_solve
+from ._sampling import gibbs_hidden_step
 
 __all__ = ["bethe_training_epoch", "positive_phase"]
 
@@ -32,11 +33,13 @@ def positive_phase(X, weights, hidden_bias):
     Returns
     -------
     mean_visible, mean_hidden, mean_hidden_visible : ndarray
+        In float64 whatever the dtype of ``X`` (float32 data are summed in
+        float64 too, so they give the float64 data's gradient).
     """
     n_samples = X.shape[0]
     hidden = expit(safe_sparse_dot(X, weights.T, dense_output=True) + hidden_bias)
     joint = safe_sparse_dot(X.T, hidden, dense_output=True).T / n_samples
-    mean_visible = np.asarray(X.sum(axis=0)).ravel() / n_samples
+    mean_visible = np.asarray(X.sum(axis=0, dtype=np.float64)).ravel() / n_samples
     return mean_visible, hidden.mean(axis=0), joint
 
 
@@ -53,6 +56,8 @@ def bethe_training_epoch(
     damping,
     tol,
     sweeps_per_update,
+    hidden_chain=None,
+    random_state=None,
 ):
     """One pass of minibatch gradient ascent over ``X``, parameters in place.
 
@@ -60,12 +65,32 @@ def bethe_training_epoch(
     ``sweeps_per_update`` sweeps), then
     ``W += learning_rate * (<h v^T>_data - <h v^T>_Bethe)`` and likewise for
     the biases (the gradient of the Bethe approximation of the
-    log-likelihood, eq. (6) of [1]_).
+    log-likelihood, eq. (6) of [1]_).  When ``hidden_chain`` is given, those
+    persistent Gibbs chains then take one sweep ``h -> v -> h`` at the updated
+    parameters; they do not enter the gradient.
+
+    Parameters
+    ----------
+    X : ndarray or sparse matrix of shape (n_samples, n_visible)
+    batch_slices : list of slice
+        The minibatches, in order.
+    weights, visible_bias, hidden_bias : ndarray of float64
+        Parameters, updated in place (pass copies to keep the originals).
+    messages : tuple of two ndarrays
+        Persistent messages (never modified in place).
+    learning_rate, method, damping, tol, sweeps_per_update
+        As in :class:`~sklearn_meanfield.BetheRBM`.
+    hidden_chain : ndarray of shape (n_chains, n_hidden) or None, default=None
+        Hidden states of persistent Gibbs chains (not modified in place).
+    random_state : RandomState or None, default=None
+        Drives the chains; needed when ``hidden_chain`` is given.
 
     Returns
     -------
     messages : tuple of two ndarrays
         The messages after the last step.
+    hidden_chain : ndarray or None
+        The chains' hidden states after the last step.
     n_unconverged : int
         Steps whose message passing did not settle within the sweeps allowed.
     """
@@ -88,4 +113,8 @@ def bethe_training_epoch(
         weights += learning_rate * (pos_joint - solution.mean_hidden_visible)
         visible_bias += learning_rate * (pos_v - solution.mean_visible)
         hidden_bias += learning_rate * (pos_h - solution.mean_hidden)
-    return messages, n_unconverged
+        if hidden_chain is not None:
+            hidden_chain = gibbs_hidden_step(
+                hidden_chain, weights, visible_bias, hidden_bias, random_state
+            )
+    return messages, hidden_chain, n_unconverged

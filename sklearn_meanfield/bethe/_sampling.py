@@ -1,8 +1,11 @@
-"""Long alternating Gibbs chains: the sampling reference of the paper's Fig. 4.
+"""Gibbs sampling of the {0, 1} RBM.
 
-Many independent chains run side by side (vectorised over chains); averages
-are Rao-Blackwellised (conditional probabilities instead of samples), which
-lowers their variance at no cost.
+:func:`gibbs_moments` runs long alternating chains, the sampling reference of
+the paper's Fig. 4: many independent chains side by side (vectorised over
+chains), with Rao-Blackwellised averages (conditional probabilities instead of
+samples), which lowers their variance at no cost.  :func:`sample_bernoulli`
+and :func:`gibbs_hidden_step` are the single steps the estimator uses for
+:meth:`BetheRBM.gibbs` and its persistent chain ``h_samples_``.
 
 References
 ----------
@@ -14,7 +17,7 @@ import numpy as np
 from scipy.special import expit
 from sklearn.utils import check_random_state
 
-__all__ = ["gibbs_moments"]
+__all__ = ["gibbs_hidden_step", "gibbs_moments", "sample_bernoulli"]
 
 
 def gibbs_moments(
@@ -64,3 +67,55 @@ def gibbs_moments(
         v = (rng.uniform(size=p_v.shape) < p_v).astype(float)
     count = n_chains * n_samples
     return sum_v / count, sum_h / count, sum_hv / count
+
+
+def sample_bernoulli(probabilities, rng):
+    """Independent {0, 1} draws with the given probabilities, as booleans.
+
+    One uniform per entry, compared with ``probabilities`` (as BernoulliRBM
+    samples), so a given random state gives the same draws as the peer.
+
+    Parameters
+    ----------
+    probabilities : ndarray
+        Probabilities of drawing 1.
+    rng : RandomState
+        Random number generator.
+
+    Returns
+    -------
+    ndarray of bool, of the shape of ``probabilities``
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.bethe._sampling import sample_bernoulli
+    >>> sample_bernoulli(np.array([0.0, 1.0]), np.random.RandomState(0)).tolist()
+    [False, True]
+    """
+    return rng.uniform(size=np.shape(probabilities)) < probabilities
+
+
+def gibbs_hidden_step(hidden, weights, visible_bias, hidden_bias, rng):
+    """One sweep ``h -> v -> h`` of the chains whose hidden states are ``hidden``.
+
+    Draws ``v ~ p(v | h)`` then ``h' ~ p(h | v)``, both layers conditionally
+    independent; the visible draws come first from ``rng``.
+
+    Parameters
+    ----------
+    hidden : ndarray of shape (n_chains, n_hidden)
+        Current hidden states, in {0, 1}.
+    weights : ndarray of shape (n_hidden, n_visible)
+    visible_bias : ndarray of shape (n_visible,)
+    hidden_bias : ndarray of shape (n_hidden,)
+    rng : RandomState
+
+    Returns
+    -------
+    ndarray of shape (n_chains, n_hidden), float
+        The new hidden states, in {0, 1}.
+    """
+    visible = sample_bernoulli(expit(hidden @ weights + visible_bias), rng)
+    new_hidden = sample_bernoulli(expit(visible @ weights.T + hidden_bias), rng)
+    return new_hidden.astype(float)

@@ -1,6 +1,7 @@
 """BetheRBM: a Bernoulli RBM trained and scored by the Bethe approximation."""
 
 import warnings
+from contextlib import contextmanager
 from numbers import Integral, Real
 
 import numpy as np
@@ -22,27 +23,62 @@ from .._base import atomic_fit
 from .._progress import CallbackSupportMixin, fit_progress
 from ._exact import free_energy
 from ._learning import bethe_training_epoch
-from ._message_passing import METHODS, bethe_solve, stability
+from ._message_passing import METHODS, bethe_solve, cold_messages, stability
+from ._sampling import sample_bernoulli
 
 __all__ = ["BetheRBM"]
 
 _FALLBACK_DAMPING = 0.5
+_DTYPES = (np.float64, np.float32)
+# The fitted state, bound together at the end of fit and partial_fit.
+_FITTED = (
+    "components_",
+    "intercept_visible_",
+    "intercept_hidden_",
+    "messages_",
+    "stability_",
+    "h_samples_",
+)
 
 
-def _check_unit_interval(X, name="X"):
-    """Raise a ValueError unless every value of ``X`` lies in [0, 1]."""
+def _check_unit_interval(X, method):
+    """Raise a ValueError unless every value of ``X`` lies in [0, 1].
+
+    Parameters
+    ----------
+    X : ndarray or sparse matrix
+        Validated data.
+    method : str
+        The BetheRBM method that needs [0, 1], named in the message.
+    """
     values = X.data if sp.issparse(X) else X
     if values.size == 0:
         return
     low, high = float(np.min(values)), float(np.max(values))
     if low < 0.0 or high > 1.0:
         what = "Negative values in data" if low < 0.0 else "Values above 1 in data"
+        # Plain MinMaxScaler is the trap here: it maps the data it was fitted
+        # on into [0, 1], but held-out data can land outside.
         raise ValueError(
-            f"{what} passed to BetheRBM: {name} must have values in [0, 1] "
-            f"(binary units or their probabilities), got values in "
-            f"[{low:.4g}, {high:.4g}]. Binarise the data or rescale it, e.g. "
-            "with sklearn.preprocessing.MinMaxScaler."
+            f"{what} passed to BetheRBM.{method}: it needs values in [0, 1] "
+            f"(binary units or their probabilities), where the Bethe "
+            f"log-likelihood is defined; got values in [{low:.4g}, {high:.4g}]. "
+            "Binarise the data (sklearn.preprocessing.Binarizer) or rescale it "
+            "with MinMaxScaler(clip=True): without clip=True, data the scaler "
+            "was not fitted on (held-out folds, new samples) can fall outside "
+            "[0, 1]. transform and gibbs accept any values."
         )
+
+
+@contextmanager
+def _rng_restored_on_error(rng):
+    """Give ``rng`` back its state if the block raises (all-or-nothing fits)."""
+    state = rng.get_state()
+    try:
+        yield
+    except BaseException:
+        rng.set_state(state)
+        raise
 
 
 class BetheRBM(
@@ -61,6 +97,14 @@ class BetheRBM(
     pseudo-likelihood.  The messages persist from one parameter update to the
     next, so an update costs a few sweeps.
 
+    :meth:`transform` and :meth:`gibbs` accept any values, as BernoulliRBM's
+    do (``p(h | v)`` is defined for any real ``v``), so held-out data scaled a
+    little outside [0, 1] pass through a pipeline.  :meth:`fit`,
+    :meth:`partial_fit` and :meth:`score_samples` need values in [0, 1], where
+    the Bethe log-likelihood is defined, and raise ``ValueError`` otherwise.
+    float32 data give float32 parameters and outputs, as in BernoulliRBM; the
+    computations run in float64.
+
     Parameters
     ----------
     n_components : int, default=256
@@ -68,7 +112,8 @@ class BetheRBM(
     learning_rate : float, default=0.1
         Step size of the gradient ascent on the Bethe log-likelihood.
     batch_size : int, default=10
-        Number of examples per minibatch.
+        Number of examples per minibatch, and number of persistent chains in
+        :attr:`h_samples_`.
     n_iter : int, default=10
         Number of passes (epochs) over the training data.
     verbose : int, default=0
@@ -76,10 +121,12 @@ class BetheRBM(
         log-likelihood of the training data and the stability factor.  With
         scikit-learn >= 1.9, ``set_callbacks`` (e.g. ``sklearn.callback.
         ProgressBar()``) also follows the epochs, and a callback may stop the
-        training early.
+        training early: it ends after the epoch during which the stop was
+        asked, with the model of that many epochs.
     random_state : int, RandomState instance or None, default=None
-        Initial weights and the sampling of :meth:`gibbs`.  Training itself
-        is deterministic.
+        Initial weights, the persistent chains of :attr:`h_samples_` and the
+        sampling of :meth:`gibbs`.  The gradients themselves are
+        deterministic.
     method : {"bipartite", "gaussian"}, default="bipartite"
         Form of message passing.  ``"gaussian"`` is eq. (3) of Huang and
         Toyoizumi: hidden units summed out and their cavity fields taken as
@@ -106,19 +153,31 @@ class BetheRBM(
     Attributes
     ----------
     components_ : ndarray of shape (n_components, n_features)
-        Weight matrix ``W``.
+        Weight matrix ``W``, in the dtype of the training data (float32 or
+        float64).
     intercept_hidden_ : ndarray of shape (n_components,)
         Biases of the hidden units.
     intercept_visible_ : ndarray of shape (n_features,)
         Biases of the visible units.
+    h_samples_ : ndarray of shape (batch_size, n_components)
+        Hidden states (0.0 or 1.0, dtype of :attr:`components_`) of
+        ``batch_size`` persistent Gibbs chains: samples of the hidden units
+        under the model, as BernoulliRBM's.  The chains start at zero and take
+        one sweep ``h -> v -> h`` after every parameter update, at the updated
+        parameters (so one per minibatch in :meth:`fit`, one per
+        :meth:`partial_fit` call).  Unlike BernoulliRBM's they do not drive
+        the learning (the negative phase comes from the messages); they are
+        kept for sampling, e.g. ``expit(h_samples_ @ components_ +
+        intercept_visible_)`` gives visible probabilities of model samples.
     stability_ : float
         Growth factor of the message-variance iteration (eq. (5) of the paper)
         at the fixed point reached after the last fit step.  Below 1 the Bethe
         solution is stable; above 1 it is not, and the estimates are
         unreliable.
     messages_ : tuple of two ndarrays of shape (n_components, n_features)
-        The persistent messages (the counterpart of BernoulliRBM's
-        ``h_samples_``), used to warm-start later solves.
+        The persistent messages (float64), used to warm-start later solves.
+    random_state_ : RandomState
+        The generator of the chains and of :meth:`gibbs`.
     n_features_in_ : int
         Number of features seen during :term:`fit`.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
@@ -131,12 +190,21 @@ class BetheRBM(
 
     Notes
     -----
-    The log-likelihood returned by :meth:`score_samples` is
-    ``log p(v) = -F(v) - log Z_Bethe``: the free energy ``F(v)`` is exact and
-    ``log Z`` is the Bethe estimate, so the error is the same constant for
-    every sample; check :attr:`stability_` before trusting it.  Units are
-    {0, 1} as in BernoulliRBM; internally messages use the paper's +-1 spins
-    and the constant of the change of variables is carried into ``log Z``.
+    :meth:`score_samples` differs from BernoulliRBM's on purpose.
+    BernoulliRBM returns a pseudo-likelihood: ``n_features`` times the log
+    conditional probability of one randomly chosen visible unit given the
+    others, a random proxy that needs no ``log Z``.  BetheRBM returns the
+    log-likelihood ``log p(v) = -F(v) - log Z_Bethe``: the free energy
+    ``F(v)`` is exact and ``log Z`` is the Bethe estimate, so the error is the
+    same constant for every sample and the result is deterministic; check
+    :attr:`stability_` before trusting it.  The two numbers are on different
+    scales and cannot be compared with each other.  Units are {0, 1} as in
+    BernoulliRBM; internally messages use the paper's +-1 spins and the
+    constant of the change of variables is carried into ``log Z``.
+
+    Every fit and partial_fit is all-or-nothing: an exception (an interrupt,
+    a ``MemoryError``) leaves the estimator, and the state of
+    :attr:`random_state_`, as they were.
 
     References
     ----------
@@ -207,30 +275,51 @@ class BetheRBM(
 
     # ------------------------------------------------------------------ inference
 
-    def _validate(self, X, reset):
-        X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=reset)
-        _check_unit_interval(X)
+    def _validate(self, X, reset, unit_interval=None):
+        """Validate ``X`` (float64 or float32, CSR if sparse).
+
+        ``unit_interval`` names the calling method when it needs values in
+        [0, 1]; None accepts any values.
+        """
+        X = validate_data(self, X, accept_sparse="csr", dtype=_DTYPES, reset=reset)
+        if unit_interval is not None:
+            _check_unit_interval(X, unit_interval)
         return X
 
     def transform(self, X):
         """Hidden unit activation probabilities ``P(h = 1 | v = X)``.
 
+        Defined for any real values, as in BernoulliRBM (data scaled on other
+        samples may fall a little outside [0, 1]).
+
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Values in [0, 1].
+            Values of the visible layer.
 
         Returns
         -------
         h : ndarray of shape (n_samples, n_components)
+            float32 when both ``X`` and the fitted parameters are float32.
         """
         check_is_fitted(self)
         X = self._validate(X, reset=False)
         return self._mean_hiddens(X)
 
     def _mean_hiddens(self, v):
+        """``P(h = 1 | v)`` for visible values ``v`` (no validation)."""
         p = safe_sparse_dot(v, self.components_.T, dense_output=True)
         return expit(p + self.intercept_hidden_)
+
+    def _sample_hiddens(self, v, rng):
+        """Boolean draws of ``h ~ p(h | v)`` (as BernoulliRBM's)."""
+        return sample_bernoulli(self._mean_hiddens(v), rng)
+
+    def _sample_visibles(self, h, rng):
+        """Boolean draws of ``v ~ p(v | h)`` (as BernoulliRBM's)."""
+        return sample_bernoulli(
+            expit(h @ self.components_ + self.intercept_visible_), rng
+        )
 
     def _free_energy(self, v):
         """``F(v) = -log sum_h exp(-E(v, h))``, as in BernoulliRBM."""
@@ -241,9 +330,13 @@ class BetheRBM(
     def gibbs(self, v):
         """Perform one Gibbs sampling step from visible states ``v``.
 
+        Draws ``h ~ p(h | v)`` then ``v' ~ p(v | h)`` with
+        :attr:`random_state_`; defined for any real ``v``, as in
+        BernoulliRBM.
+
         Parameters
         ----------
-        v : ndarray of shape (n_samples, n_features)
+        v : {array-like, sparse matrix} of shape (n_samples, n_features)
             Values of the visible layer to start from.
 
         Returns
@@ -255,20 +348,17 @@ class BetheRBM(
         v = self._validate(v, reset=False)
         if not hasattr(self, "random_state_"):
             self.random_state_ = check_random_state(self.random_state)
-        rng = self.random_state_
-        p_h = self._mean_hiddens(v)
-        h = rng.uniform(size=p_h.shape) < p_h
-        p_v = expit(h @ self.components_ + self.intercept_visible_)
-        return rng.uniform(size=p_v.shape) < p_v
+        h = self._sample_hiddens(v, self.random_state_)
+        return self._sample_visibles(h, self.random_state_)
 
-    def _solve(self):
+    def _solve_at(self, params, messages):
+        """Full message passing at ``params``, warm-started from ``messages``."""
+
         def solve(damping):
             return bethe_solve(
-                self.components_,
-                self.intercept_visible_,
-                self.intercept_hidden_,
+                *params,
                 method=self.method,
-                messages=self.messages_,
+                messages=messages,
                 damping=damping,
                 tol=self.tol,
                 max_sweeps=self.max_sweeps,
@@ -281,6 +371,9 @@ class BetheRBM(
             solution = solve(_FALLBACK_DAMPING)
         return solution
 
+    def _params(self):
+        return self.components_, self.intercept_visible_, self.intercept_hidden_
+
     def log_partition_function(self):
         """The Bethe estimate of ``log Z`` for the current parameters.
 
@@ -292,78 +385,83 @@ class BetheRBM(
         log_z : float
         """
         check_is_fitted(self)
-        return float(self._solve().log_z)
+        return float(self._solve_at(self._params(), self.messages_).log_z)
 
     def score_samples(self, X):
         """Approximate log-likelihood ``log p(v) = -F(v) - log Z_Bethe``.
 
-        Unlike BernoulliRBM's pseudo-likelihood this is an estimate of the
-        log-likelihood itself, deterministic; its only approximation is the
-        Bethe ``log Z``, shared by all samples.
+        Not BernoulliRBM's pseudo-likelihood (``n_features`` times the log
+        probability of one randomly chosen unit given the others, random and
+        free of ``log Z``): an estimate of the log-likelihood itself,
+        deterministic, whose only approximation is the Bethe ``log Z``, the
+        same for all samples.  The two are on different scales.
 
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Values in [0, 1].
+            Values in [0, 1] (binary units or their probabilities).
 
         Returns
         -------
         log_likelihood : ndarray of shape (n_samples,)
+            Computed in float64; float32 when ``X`` and the fitted parameters
+            are float32.
+
+        Raises
+        ------
+        ValueError
+            If ``X`` has values outside [0, 1].
         """
         check_is_fitted(self)
-        X = self._validate(X, reset=False)
-        return -self._free_energy(X) - self.log_partition_function()
+        X = self._validate(X, reset=False, unit_interval="score_samples")
+        params64 = [np.asarray(a, dtype=np.float64) for a in self._params()]
+        log_lik = -free_energy(X, *params64) - self.log_partition_function()
+        return log_lik.astype(np.result_type(X.dtype, self.components_.dtype))
 
     # ------------------------------------------------------------------ learning
 
-    def _initialise(self, n_features):
-        self.random_state_ = check_random_state(self.random_state)
-        self.components_ = self.random_state_.normal(
-            0, 0.01, (self.n_components, n_features)
-        )
-        self.intercept_hidden_ = np.zeros(self.n_components)
-        self.intercept_visible_ = np.zeros(n_features)
-        self.messages_ = (
-            np.zeros((self.n_components, n_features)),
-            np.zeros((self.n_components, n_features)),
-        )
+    def _initial_state(self, n_features, rng):
+        """Float64 starting parameters, cold messages and chains at zero."""
+        weights = rng.normal(0, 0.01, (self.n_components, n_features))
+        params = (weights, np.zeros(n_features), np.zeros(self.n_components))
+        chain = np.zeros((self.batch_size, self.n_components))
+        return params, cold_messages(self.n_components, n_features), chain
 
-    def _run_epoch(self, X, batch_slices):
-        self.messages_, _ = bethe_training_epoch(
+    def _train(self, X, batch_slices, params, messages, chain, rng):
+        """One pass over ``batch_slices``; ``params`` (float64) change in place."""
+        messages, chain, _ = bethe_training_epoch(
             X,
             batch_slices,
-            self.components_,
-            self.intercept_visible_,
-            self.intercept_hidden_,
-            self.messages_,
+            *params,
+            messages,
             learning_rate=float(self.learning_rate),
             method=self.method,
             damping=float(self.damping),
             tol=float(self.tol),
             sweeps_per_update=int(self.sweeps_per_update),
+            hidden_chain=chain,
+            random_state=rng,
         )
+        return messages, chain
 
-    def _finish(self):
-        """Solve at the final parameters, set ``stability_``, warn if needed."""
-        solution = self._solve()
-        self.messages_ = solution.messages
-        self.stability_ = stability(
-            self.components_,
-            self.intercept_visible_,
-            self.intercept_hidden_,
-            solution.messages,
-            method=self.method,
-        )
+    def _final_state(self, params, messages, chain, dtype):
+        """The fitted attributes at ``params``: solve, stability, warnings.
+
+        The parameters are cast to ``dtype`` first, so that the messages and
+        :attr:`stability_` belong to the stored parameters.
+        """
+        params = tuple(np.asarray(a, dtype=dtype) for a in params)
+        solution = self._solve_at(params, messages)
+        lam = stability(*params, solution.messages, method=self.method)
         problems = []
         if not solution.converged:
             problems.append(
                 f"message passing did not converge within max_sweeps="
                 f"{self.max_sweeps} sweeps at the final parameters"
             )
-        if self.stability_ > 1.0:
+        if lam > 1.0:
             problems.append(
-                f"the Bethe fixed point is unstable (stability_="
-                f"{self.stability_:.3f} > 1)"
+                f"the Bethe fixed point is unstable (stability_={lam:.3f} > 1)"
             )
         if problems:
             warnings.warn(
@@ -374,7 +472,15 @@ class BetheRBM(
                 "or use fewer hidden units.",
                 ConvergenceWarning,
             )
-        return solution
+        values = (*params, solution.messages, lam, chain.astype(dtype))
+        return dict(zip(_FITTED, values))
+
+    def _store(self, state):
+        # The only place fitted attributes are bound: everything before works
+        # on local copies, so an exception leaves the old fit whole (and
+        # atomic_fit restores the bindings if one strikes in between).
+        for name, value in state.items():
+            setattr(self, name, value)
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
@@ -384,7 +490,8 @@ class BetheRBM(
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Training data, values in [0, 1].
+            Training data, values in [0, 1]; float32 data give float32
+            parameters.
         y : None
             Ignored.
 
@@ -392,48 +499,69 @@ class BetheRBM(
         -------
         self : BetheRBM
             The fitted model.
+
+        Raises
+        ------
+        ValueError
+            If ``X`` has values outside [0, 1].
         """
-        X = self._validate(X, reset=True)
+        X = self._validate(X, reset=True, unit_interval="fit")
         n_samples = X.shape[0]
-        self._initialise(X.shape[1])
-        n_batches = int(np.ceil(n_samples / self.batch_size))
-        batch_slices = list(
-            gen_even_slices(n_batches * self.batch_size, n_batches, n_samples=n_samples)
-        )
-        # With scikit-learn callbacks set (set_callbacks, sklearn >= 1.9) every
-        # epoch is a subtask; a callback may stop the training early.
-        with fit_progress(self, self.verbose, max_steps=self.n_iter, X=X) as reporter:
-            for epoch in range(1, self.n_iter + 1):
-                self._run_epoch(X, batch_slices)
-                if reporter.enabled(1):
-                    solution = self._solve()
-                    self.messages_ = solution.messages
-                    log_lik = -self._free_energy(X).mean() - solution.log_z
-                    lam = stability(
-                        self.components_,
-                        self.intercept_visible_,
-                        self.intercept_hidden_,
-                        solution.messages,
-                        method=self.method,
+        rng = check_random_state(self.random_state)
+        self.random_state_ = rng
+        with _rng_restored_on_error(rng):
+            params, messages, chain = self._initial_state(X.shape[1], rng)
+            n_batches = int(np.ceil(n_samples / self.batch_size))
+            batch_slices = list(
+                gen_even_slices(
+                    n_batches * self.batch_size, n_batches, n_samples=n_samples
+                )
+            )
+            # With scikit-learn callbacks set (set_callbacks, sklearn >= 1.9)
+            # every epoch is a subtask; a callback may stop the training after
+            # any epoch.
+            with fit_progress(
+                self, self.verbose, max_steps=self.n_iter, X=X
+            ) as reporter:
+                for epoch in range(1, self.n_iter + 1):
+                    messages, chain = self._train(
+                        X, batch_slices, params, messages, chain, rng
                     )
-                    message = "epoch %d, Bethe log-likelihood %.3f, stability %.3f"
-                    args = (epoch, log_lik, lam)
-                else:
-                    message, args = "epoch %d", (epoch,)
-                if reporter.step(1, message, *args, task_name="epoch"):
-                    break
-        self._finish()
+                    if reporter.enabled(1):
+                        message = "epoch %d, Bethe log-likelihood %.3f, stability %.3f"
+                        args = (epoch, *self._report(X, params, messages))
+                    else:
+                        message, args = "epoch %d", (epoch,)
+                    if reporter.step(1, message, *args, task_name="epoch"):
+                        break
+            state = self._final_state(params, messages, chain, X.dtype)
+        self._store(state)
         return self
+
+    def _report(self, X, params, messages):
+        """Training log-likelihood and stability, for the progress line only.
+
+        The full solve starts from the training messages but does not replace
+        them, so printing leaves the fit unchanged.
+        """
+        solution = self._solve_at(params, messages)
+        log_lik = -free_energy(X, *params).mean() - solution.log_z
+        lam = stability(*params, solution.messages, method=self.method)
+        return log_lik, lam
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
     def partial_fit(self, X, y=None):
         """Take one gradient step on the batch X.
 
+        The update is computed on copies of the fitted arrays and bound at
+        the end, so an exception leaves the previous state intact.
+
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Training data, values in [0, 1].
+            Training data, values in [0, 1].  On the first call float32 data
+            give float32 parameters; later calls keep the parameters' dtype.
         y : None
             Ignored.
 
@@ -441,17 +569,42 @@ class BetheRBM(
         -------
         self : BetheRBM
             The fitted model.
+
+        Raises
+        ------
+        ValueError
+            If ``X`` has values outside [0, 1].
         """
         first_pass = not hasattr(self, "components_")
-        X = self._validate(X, reset=first_pass)
-        if first_pass:
-            self._initialise(X.shape[1])
-        self._run_epoch(X, [slice(0, X.shape[0])])
-        self._finish()
+        X = self._validate(X, reset=first_pass, unit_interval="partial_fit")
+        if not hasattr(self, "random_state_"):
+            self.random_state_ = check_random_state(self.random_state)
+        rng = self.random_state_
+        with _rng_restored_on_error(rng):
+            if first_pass:
+                dtype = X.dtype
+                params, messages, chain = self._initial_state(X.shape[1], rng)
+            else:
+                dtype = self.components_.dtype
+                params = tuple(np.array(a, dtype=np.float64) for a in self._params())
+                messages = getattr(self, "messages_", None)
+                if messages is None:
+                    messages = cold_messages(*self.components_.shape)
+                chain = getattr(self, "h_samples_", None)
+                if chain is None:
+                    chain = np.zeros((self.batch_size, self.n_components))
+                chain = np.asarray(chain, dtype=np.float64)
+            messages, chain = self._train(
+                X, [slice(0, X.shape[0])], params, messages, chain, rng
+            )
+            state = self._final_state(params, messages, chain, dtype)
+        self._store(state)
         return self
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
+        # fit needs values in [0, 1]
         tags.input_tags.positive_only = True
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
