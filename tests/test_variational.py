@@ -10,11 +10,13 @@ import warnings
 
 import numpy as np
 import pytest
+from scipy.special import erf
 from sklearn.datasets import make_friedman1
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPRegressor
 
 from sklearn_meanfield import EnsembleLearningRegressor
+from sklearn_meanfield.variational._erf_network import weight_groups
 
 FAST = dict(n_restarts=1, max_iter=100, inner_max_iter=30, tol=1e-4, random_state=0)
 
@@ -187,3 +189,92 @@ def test_leave_one_out_error_close_to_brute_force_refits():
     assert model.loo_error_ == pytest.approx(brute, rel=0.15)
     psis = _fit(X, y, loo="psis", **params)
     assert psis.loo_error_ == pytest.approx(brute, rel=0.15)
+
+
+# ----------------------------------------------------------------- issue 16
+
+
+def _network_outputs(X1, w, n_hidden):
+    """Outputs of the erf network for a stack of weight vectors (one output)."""
+    n_aug = X1.shape[1]
+    U = w[:, : n_hidden * n_aug].reshape(len(w), n_hidden, n_aug)
+    V = w[:, n_hidden * n_aug :].reshape(len(w), n_hidden)
+    hidden = erf(np.einsum("np,shp->snh", X1, U) / np.sqrt(2.0))
+    return np.einsum("snh,sh->sn", hidden, V)
+
+
+def monte_carlo_bound(model, X, y, n_draws=200_000, seed=0, sample_weight=None):
+    """The model's final bound (units of y) estimated by sampling Q.
+
+    ``E_Q[log p(y | w) + log p(w)] + H[Q]`` with ``w`` drawn from
+    ``N(mean_, covariance_)``, the network written out here, the entropy from
+    ``slogdet``; returns the estimate and its standard error.
+    """
+    rng = np.random.RandomState(seed)
+    weights = np.ones(len(y)) if sample_weight is None else sample_weight
+    X1 = np.column_stack([model._x_scaler.transform(X), np.ones(len(X))])
+    scale, centre = model._y_scaler.scale[0], model._y_scaler.mean[0]
+    alpha = model.alpha_[0]  # units of y
+    lam = model.lambda_[weight_groups(model._shape)]
+    cov = model.covariance_
+    factor = np.linalg.cholesky(cov + 1e-300 * np.eye(len(cov)))
+    terms = []
+    for _ in range(n_draws // 20_000):
+        z = rng.standard_normal((20_000, len(cov)))
+        w = model.mean_ + z @ factor.T
+        f = centre + scale * _network_outputs(X1, w, model.hidden_layer_size)
+        loglik = (
+            weights * (0.5 * np.log(alpha / (2 * np.pi)) - 0.5 * alpha * (y - f) ** 2)
+        ).sum(axis=1)
+        logprior = np.sum(0.5 * np.log(lam / (2 * np.pi)) - 0.5 * lam * w * w, axis=1)
+        terms.append(loglik + logprior)
+    terms = np.concatenate(terms)
+    sign, logdet = np.linalg.slogdet(cov)
+    assert sign > 0
+    entropy = 0.5 * logdet + 0.5 * len(cov) * (1 + np.log(2 * np.pi))
+    return terms.mean() + entropy, terms.std() / np.sqrt(terms.size)
+
+
+def _assert_honest_fit(model, X, y, n_draws=200_000):
+    """Bound finite and within Monte Carlo error of its sampled value; the
+    predictive sd that of sample_y; the noise no smaller than the residuals."""
+    bound = model.scores_[-1]
+    estimate, se = monte_carlo_bound(model, X, y, n_draws=n_draws)
+    assert np.isfinite(bound)
+    # The closed form must not exceed the sampled bound (nor fall below it).
+    assert bound <= estimate + 4 * se + 1e-9 * abs(estimate), (bound, estimate, se)
+    assert bound >= estimate - 4 * se - 1e-9 * abs(estimate), (bound, estimate, se)
+    grid = np.linspace(X.min() - 10, X.max() + 10, 7)[:, None]
+    mean, std = model.predict(grid, return_std=True)
+    assert np.all(np.isfinite(std)) and np.all(std > 0)
+    draws = model.sample_y(grid, n_samples=20_000, random_state=1)
+    np.testing.assert_allclose(draws.std(axis=1), std, rtol=4 / np.sqrt(2 * 20_000))
+    # 1 / alpha re-estimates <(y - f)^2> >= (y - <f>)^2 on average.
+    mse = np.mean((y - model.predict(X)) ** 2)
+    assert 1.0 / model.alpha_[0] > 0.5 * mse
+
+
+def test_issue_16_six_point_fit_has_an_honest_bound():
+    # Mean weights shrank to ~1e-170 (and then to subnormals): E[erf^2] came
+    # out as -1, the "bound" was +2.2e6 on 6 points, alpha_ 5.9e4 with
+    # residuals ~3, and the predictive std 0.004 while sample_y spread by ~2.
+    X = np.array([[1.0], [3.0], [5.0], [6.0], [7.0], [8.0]])
+    y = (X * np.sin(X)).ravel()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = EnsembleLearningRegressor(random_state=0).fit(X, y)
+    _assert_honest_fit(model, X, y)
+    assert model.scores_[-1] < 0
+    # These points do not pin down a function: the noise takes the spread of y.
+    assert 0.3 * np.std(y) < model.alpha_[0] ** -0.5 < 2 * np.std(y)
+
+
+@pytest.mark.parametrize("n,seed", [(4, 0), (5, 1), (8, 2), (10, 3)])
+def test_one_input_small_n_fits_have_honest_bounds(n, seed):
+    rng = np.random.RandomState(seed)
+    X = np.sort(rng.uniform(0, 10, size=(n, 1)), axis=0)
+    y = (X * np.sin(X)).ravel() + 0.1 * rng.normal(size=n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = EnsembleLearningRegressor(n_restarts=1, random_state=0).fit(X, y)
+    _assert_honest_fit(model, X, y, n_draws=100_000)

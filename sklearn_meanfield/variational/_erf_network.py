@@ -50,6 +50,8 @@ __all__ = [
 
 _LOG_2PI = np.log(2.0 * np.pi)
 _SQRT2 = np.sqrt(2.0)
+# Arguments of the bivariate normal CDF below this size are moved to it.
+_TINY = 1e-30
 
 
 def _norm_density(x, var):
@@ -116,8 +118,13 @@ def bvn_cdf(h, k, rho):
     """Standard bivariate normal CDF ``P(X <= h, Y <= k)``, correlation ``rho``.
 
     Owen's (1956) formula through ``scipy.special.owens_t``, vectorised.
-    Exact zeros of ``h`` or ``k`` are moved to ``1e-30``; the CDF is continuous
-    so this changes the result by ~1e-31.
+    Arguments smaller than ``1e-30`` in magnitude (exact zeros included) are
+    moved to ``+-1e-30``, keeping their sign: the CDF is continuous, so this
+    changes the result by less than ``1e-30``, and the slopes
+    ``(k - rho h) / (h sqrt(1 - rho^2))`` of Owen's formula stay finite (a
+    subnormal ``h`` makes them ``0 / 0``).  Whether ``h`` and ``k`` have the
+    same sign is read from their sign bits, not from ``h k > 0``, which
+    underflows to zero for ``|h k| < 1e-308`` and picks the wrong branch.
 
     Parameters
     ----------
@@ -139,13 +146,13 @@ def bvn_cdf(h, k, rho):
         np.asarray(rho, dtype=float),
     )
     rho = np.clip(rho, -1.0 + 1e-15, 1.0 - 1e-15)
-    h = np.where(h == 0.0, 1e-30, h)
-    k = np.where(k == 0.0, 1e-30, k)
+    h = np.where(np.abs(h) < _TINY, np.copysign(_TINY, h), h)
+    k = np.where(np.abs(k) < _TINY, np.copysign(_TINY, k), k)
     root = np.sqrt((1.0 - rho) * (1.0 + rho))
     with np.errstate(over="ignore"):
         a_h = (k - rho * h) / (h * root)
         a_k = (h - rho * k) / (k * root)
-    beta = np.where(h * k > 0.0, 0.0, 0.5)
+    beta = np.where(np.signbit(h) == np.signbit(k), 0.0, 0.5)
     # owens_t handles infinite slopes: T(h, +-inf) = +-Phi(-|h|) / 2.
     return (0.5 * (ndtr(h) + ndtr(k)) - owens_t(h, a_h) - owens_t(k, a_k) - beta).clip(
         0.0, 1.0
