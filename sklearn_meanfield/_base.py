@@ -3,7 +3,8 @@
 import functools
 
 import numpy as np
-from sklearn.utils.validation import _check_sample_weight, check_array, validate_data
+import scipy.sparse as sp
+from sklearn.utils.validation import _check_sample_weight, validate_data
 
 __all__ = [
     "Standardizer",
@@ -65,10 +66,11 @@ def atomic_fit(fit):
     return wrapper
 
 
-# A constant column's scale is its magnitude, kept inside these bounds: at
-# least the smallest normal double (so that 1 / scale is finite), at most
-# ``_MAX_SCALE`` (so that the square of a standardised error times the scale
-# squared stays finite).  An all-zero column gets scale 1.
+# A constant column's scale is its magnitude, kept inside these bounds, so
+# that squared errors and precisions in its units (scale**2 and its inverse)
+# neither overflow nor underflow.  An all-zero column gets scale 1.  Target
+# columns whose spread lies outside them are refused by the regressor shell.
+_MIN_SCALE = 1e-150
 _MAX_SCALE = 1e150
 # Standardised values are clipped here: both networks saturate long before,
 # and a value this far out would otherwise overflow to inf (then NaN).
@@ -79,7 +81,7 @@ _CONSTANT_RTOL = 1e-12
 
 
 def _power_of_two_scale(data):
-    """Per column, ``2**e`` with ``max |x| / 2**e`` in [0.5, 1); 1 for zero columns.
+    """Per column, ``2**e`` with ``max |x| / 2**e`` in [1, 2); 1 for zero columns.
 
     Dividing by a power of two is exact (barring underflow of negligible
     values), so moments computed on the rescaled data are the moments of the
@@ -88,7 +90,8 @@ def _power_of_two_scale(data):
     """
     largest = np.max(np.abs(data), axis=0)
     _, exponent = np.frexp(largest)
-    return np.where(largest > 0, np.ldexp(1.0, exponent), 1.0)
+    # 2**(e - 1) <= max |x| < 2**e; e - 1 kept in the normal range of doubles.
+    return np.where(largest > 0, np.ldexp(1.0, np.clip(exponent - 1, -1022, 1023)), 1.0)
 
 
 def weighted_mean_std(data, sample_weight=None):
@@ -137,7 +140,7 @@ class Standardizer:
     The scale of a column is its standard deviation (weighted, when sample
     weights are given), computed without overflow or underflow.  A constant
     column (spread below ``1e-12`` of its magnitude) has no spread to scale
-    with: its scale is its magnitude ``|c|`` (kept in ``[2.2e-308, 1e150]``),
+    with: its scale is its magnitude ``|c|`` (kept in ``[1e-150, 1e150]``),
     so that what is predicted for it, and its uncertainty, scale with the
     data; an all-zero column gets scale 1.  Standardised values beyond
     ``1e150`` in magnitude are clipped there.
@@ -179,7 +182,7 @@ class Standardizer:
         self.constant = exact | (scale <= _CONSTANT_RTOL * np.abs(mean))
         # A constant column's mean is its value, not a rounded average of it.
         self.mean = np.where(exact, data[0], mean)
-        magnitude = np.clip(np.abs(self.mean), np.finfo(float).tiny, _MAX_SCALE)
+        magnitude = np.clip(np.abs(self.mean), _MIN_SCALE, _MAX_SCALE)
         self.scale = np.where(
             self.constant,
             np.where(self.mean != 0, magnitude, 1.0),
@@ -259,8 +262,9 @@ class StandardizedRegressorMixin:
         is validated by scikit-learn's rules (length, finite, non-negative,
         not all zero) and the scalers are fitted with it: an integer weight
         counts its row that many times, a zero weight drops the row.  A
-        target column whose spread exceeds 1e150 is refused: the mean squared
-        errors and variances reported in its units would overflow.
+        target column whose spread lies outside [1e-150, 1e150] is refused:
+        the mean squared errors, variances and precisions reported in its
+        units would overflow or underflow.
 
         Returns
         -------
@@ -271,6 +275,17 @@ class StandardizedRegressorMixin:
         sample_weight : ndarray of shape (n_samples,) or None
             Validated weights (float64), None when none were given.
         """
+        if y is not None and not sp.issparse(y):
+            y_array = np.asarray(y)
+            if y_array.dtype.kind in "OSU":
+                # Strings would pass validation (y_numeric converts object
+                # arrays only) and fail in the arithmetic at the end of a fit.
+                try:
+                    y = y_array.astype(np.float64)
+                except (TypeError, ValueError) as error:
+                    raise ValueError(
+                        f"y must be numeric for a regressor: {error}"
+                    ) from error
         X, y = validate_data(
             self,
             X,
@@ -280,14 +295,7 @@ class StandardizedRegressorMixin:
             dtype=np.float64,
             ensure_min_samples=2,
         )
-        try:
-            # y_numeric converts object arrays only; strings would reach the
-            # arithmetic at the end of a fit and fail there.
-            y = check_array(
-                y, ensure_2d=False, dtype=np.float64, input_name="y", estimator=self
-            )
-        except ValueError as error:
-            raise ValueError(f"y must be numeric for a regressor: {error}") from error
+        y = y.astype(np.float64, copy=False)
         if sample_weight is not None:
             sample_weight = _check_sample_weight(
                 sample_weight, X, dtype=np.float64, ensure_non_negative=True
@@ -295,14 +303,16 @@ class StandardizedRegressorMixin:
         Y = y.reshape(len(y), -1)
         self._y_ndim = y.ndim
         y_scaler = Standardizer(Y, sample_weight)
-        too_wide = np.flatnonzero(~y_scaler.constant & (y_scaler.scale > _MAX_SCALE))
-        if too_wide.size:
-            j = int(too_wide[0])
+        scale, spread = y_scaler.scale, ~y_scaler.constant
+        for j in np.flatnonzero(spread & ((scale > _MAX_SCALE) | (scale < _MIN_SCALE))):
+            large = scale[j] > _MAX_SCALE
             raise ValueError(
                 f"Target column {j} of y has a standard deviation of "
-                f"{y_scaler.scale[j]:.3g}, above {_MAX_SCALE:.0e}: the mean squared "
-                "errors and variances reported in its units would overflow float64. "
-                "Divide y by a constant."
+                f"{scale[j]:.3g}, {'above' if large else 'below'} "
+                f"{_MAX_SCALE if large else _MIN_SCALE:.0e}: the mean squared "
+                "errors, variances and precisions reported in its units would "
+                f"{'overflow' if large else 'underflow'} float64. "
+                f"{'Divide' if large else 'Multiply'} y by a constant."
             )
         self._x_scaler, self._y_scaler = Standardizer(X, sample_weight), y_scaler
         return (

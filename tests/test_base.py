@@ -117,6 +117,7 @@ def test_constant_columns_scale_with_their_magnitude():
     # The exact value is the mean; the magnitude (at most 1e150) is the scale.
     assert scaler.mean[0] == 1e-6 and scaler.mean[2] == -3e200
     np.testing.assert_array_equal(scaler.scale[:3], [1e-6, 1.0, 1e150])
+    assert Standardizer(np.full((3, 1), -1e-200)).scale[0] == 1e-150
     assert scaler.scale[3] == pytest.approx(7.0)
     np.testing.assert_array_equal(scaler.transform(data)[:, :3], 0.0)
 
@@ -188,8 +189,13 @@ def test_target_spread_whose_square_overflows_is_refused_with_its_column(estimat
     X = rng.normal(size=(20, 2))
     Y = rng.normal(size=(20, 2))
     Y[0, 1] = 1e200  # before: NaN predictions (HMC) or +-inf (ensemble)
-    with pytest.raises(ValueError, match="column 1 of y .* 2.18e\\+199"):
+    with pytest.raises(ValueError, match="column 1 of y .* 2.18e\\+199, above"):
         clone(estimator).fit(X, Y)
+    # Before: the ensemble's noise precision in y's units divided by zero.
+    tiny = rng.normal(size=20) * 1e-200
+    sd = f"{exact_moments(tiny)[1]:.3g}"
+    with pytest.raises(ValueError, match=f"column 0 of y .* {sd}, below"):
+        clone(estimator).fit(X, tiny)
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")

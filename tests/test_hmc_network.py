@@ -3,14 +3,17 @@
 import numpy as np
 import pytest
 
-from sklearn_meanfield.hmc._chains import ChainRandom
+from sklearn_meanfield.hmc._chains import ChainRandom, run_chains
 from sklearn_meanfield.hmc._network import (
     HyperPrior,
     NetworkLayout,
+    augment,
     forward,
     gibbs_precisions,
     log_posterior_and_grad,
     prior_precision_vector,
+    rescale_groups,
+    rescale_units,
     step_scales,
 )
 
@@ -275,3 +278,105 @@ def test_unit_rescaling_samples_the_scale_ridge():
     sd_exact = np.sqrt(np.sum(weights * (grid[:, 0] - mean) ** 2))
     assert np.mean(log_c) == pytest.approx(mean, abs=0.03)
     assert np.std(log_c) == pytest.approx(sd_exact, rel=0.05)
+
+
+# ------------------------------------------------------------- sample weights
+
+WEIGHTS = np.array([0, 1, 3, 2, 0, 1, 4, 1, 1, 2] * 3)
+
+
+def _repeated(X, Y, weights=WEIGHTS):
+    return np.repeat(X, weights, axis=0), np.repeat(Y, weights, axis=0)
+
+
+@pytest.mark.parametrize("n_outputs", [1, 2])
+def test_weighted_potential_and_gradient_equal_repeated_rows(n_outputs):
+    # scikit-learn's meaning of sample_weight: an integer weight is the row
+    # repeated, a zero weight the row dropped.  Same theta, same precisions.
+    layout, X, Y, theta, noise, precision = _problem(n_outputs=n_outputs)
+    weighted = log_posterior_and_grad(
+        theta, X, Y, noise, precision, layout, sample_weight=WEIGHTS.astype(float)
+    )
+    repeated = log_posterior_and_grad(theta, *_repeated(X, Y), noise, precision, layout)
+    for a, b in zip(weighted, repeated):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    # Fractional weights scale each row's term: against the naive loop.
+    w = np.linspace(0.1, 2.0, len(X))
+    log_prob, _ = log_posterior_and_grad(
+        theta, X, Y, noise, precision, layout, sample_weight=w
+    )
+    prior = -0.5 * np.sum(precision * theta**2, axis=1)
+    for c in range(theta.shape[0]):
+        per_row = [
+            _naive_log_posterior(
+                theta[c], X[i : i + 1], Y[i : i + 1], noise[c], precision[c], layout
+            )
+            - prior[c]
+            for i in range(len(X))
+        ]
+        assert log_prob[c] == pytest.approx(prior[c] + np.dot(w, per_row), rel=1e-12)
+
+
+def test_weighted_gibbs_and_rescaling_moves_equal_repeated_rows():
+    layout, X, Y, theta, noise, precision = _problem(n_outputs=2)
+    prior = HyperPrior()
+    groups = np.random.RandomState(1).gamma(2.0, 1.0, size=(3, layout.n_groups))
+    Xr, Yr = _repeated(X, Y)
+    w = WEIGHTS.astype(float)
+    # Same generator seeds: the draws differ only if the conditionals do.
+    residual = Y - forward(theta, X, layout)[0]
+    residual_r = Yr - forward(theta, Xr, layout)[0]
+    a = gibbs_precisions(theta, residual, layout, prior, ChainRandom([1, 2, 3]), w)
+    b = gibbs_precisions(theta, residual_r, layout, prior, ChainRandom([1, 2, 3]))
+    for u, v in zip(a, b):
+        np.testing.assert_allclose(u, v, rtol=1e-12)
+    sd = np.full((3, layout.n_groups), 0.5)
+    a = rescale_groups(
+        theta,
+        groups,
+        noise,
+        augment(X),
+        Y,
+        layout,
+        prior,
+        sd,
+        ChainRandom([4, 5, 6]),
+        w,
+    )
+    b = rescale_groups(
+        theta, groups, noise, augment(Xr), Yr, layout, prior, sd, ChainRandom([4, 5, 6])
+    )
+    for u, v in zip(a, b):
+        np.testing.assert_allclose(u, v, rtol=1e-10)
+    sd = np.full((3, layout.n_hidden), 0.5)
+    a = rescale_units(
+        theta, precision, noise, augment(X), Y, layout, sd, ChainRandom([7, 8, 9]), w
+    )
+    b = rescale_units(
+        theta, precision, noise, augment(Xr), Yr, layout, sd, ChainRandom([7, 8, 9])
+    )
+    for u, v in zip(a, b):
+        np.testing.assert_allclose(u, v, rtol=1e-10)
+
+
+def test_weighted_chains_follow_the_repeated_rows_chains():
+    # The whole sampler (step sizes, Gibbs, rescaling, HMC) on weighted rows
+    # makes the same moves as on repeated rows, up to rounding, over a short
+    # run (rounding differences grow along longer chains).
+    layout, X, Y, *_ = _problem(n_outputs=1)
+    Xr, Yr = _repeated(X, Y)
+    settings = dict(
+        n_samples=6,
+        n_warmup=6,
+        n_leapfrog=5,
+        step_size=0.1,
+        persistence=0.0,
+        target_accept=0.8,
+    )
+    a = run_chains(
+        X, Y, layout, HyperPrior(), [3, 4], sample_weight=WEIGHTS * 1.0, **settings
+    )
+    b = run_chains(Xr, Yr, layout, HyperPrior(), [3, 4], **settings)
+    np.testing.assert_allclose(a["theta"], b["theta"], rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(a["noise_precision"], b["noise_precision"], rtol=1e-6)
+    np.testing.assert_array_equal(a["accepted"], b["accepted"])

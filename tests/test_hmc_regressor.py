@@ -235,3 +235,210 @@ def test_default_fit_converges_without_warning():
     mean, std = model.predict(X_test, return_std=True)
     # Predictive sd calibrated: standardised held-out errors have unit variance.
     assert np.mean(((y_test - mean) / std) ** 2) == pytest.approx(1.0, abs=0.25)
+
+
+# ------------------------------------------------------------- sample weights
+
+WEIGHTED = dict(
+    hidden_layer_size=4, n_samples=200, n_warmup=150, n_leapfrog=20, n_chains=2
+)
+
+
+def test_integer_weights_give_the_posterior_of_repeated_rows():
+    # Statistically: the two posteriors are the same, the chains are not (the
+    # sums run in another order), so predictions agree within Monte Carlo
+    # error (the predictive sd over sqrt(ESS) is about 0.03 here).
+    X, y = one_dimensional(40, seed=9)
+    w = np.random.RandomState(0).randint(1, 4, size=40)
+    grid = np.linspace(-1.8, 1.8, 9)[:, None]
+    weighted = HMCNetworkRegressor(random_state=0, **WEIGHTED)
+    weighted.fit(X, y, sample_weight=w)
+    repeated = HMCNetworkRegressor(random_state=1, **WEIGHTED)
+    repeated.fit(np.repeat(X, w, axis=0), np.repeat(y, w))
+    unweighted = HMCNetworkRegressor(random_state=1, **WEIGHTED).fit(X, y)
+    mean_w, std_w = weighted.predict(grid, return_std=True)
+    mean_r, std_r = repeated.predict(grid, return_std=True)
+    np.testing.assert_allclose(mean_w, mean_r, atol=0.06)
+    np.testing.assert_allclose(std_w, std_r, rtol=0.2)
+    assert weighted.noise_std_[0] == pytest.approx(repeated.noise_std_[0], rel=0.1)
+    # The weights matter: with twice the data on average, the function's
+    # posterior spread is narrower than the unweighted fit's.
+    spread_w = weighted.predict_draws(grid).std(axis=0)
+    spread_u = unweighted.predict_draws(grid).std(axis=0)
+    assert np.median(spread_w / spread_u) < 0.85
+
+
+def test_zero_weight_rows_are_left_out():
+    X, y = one_dimensional(30, seed=10)
+    w = np.ones(30)
+    w[:5] = 0.0
+    X_bad, y_bad = X.copy(), y.copy()
+    y_bad[:5] = 50.0  # outliers that only a zero weight can silence
+    X_bad[:5] = 9.0
+    params = dict(
+        hidden_layer_size=3,
+        n_samples=20,
+        n_warmup=20,
+        n_leapfrog=10,
+        n_chains=2,
+        random_state=0,
+    )
+    weighted = HMCNetworkRegressor(**params).fit(X_bad, y_bad, sample_weight=w)
+    dropped = HMCNetworkRegressor(**params).fit(X[5:], y[5:])
+    # Same standardisation, same potential: the chains only differ by rounding
+    # of sums that include the zero terms, so the draws agree closely.
+    np.testing.assert_allclose(
+        weighted.parameter_draws_, dropped.parameter_draws_, rtol=1e-6, atol=1e-8
+    )
+    # The zero-weight rows' leave-one-out posterior is the posterior itself.
+    draws = weighted.predict_draws(X_bad[:5])
+    np.testing.assert_allclose(
+        weighted.loo_prediction_[:5], draws.mean(axis=0), rtol=1e-12
+    )
+    np.testing.assert_array_equal(weighted.pareto_k_[:5], 0.0)
+    # loo_error_ is the weighted mean: the outliers do not count.
+    np.testing.assert_allclose(
+        weighted.loo_error_,
+        np.mean((y[5:] - weighted.loo_prediction_[5:]) ** 2),
+        rtol=1e-12,
+    )
+
+
+@pytest.mark.slow
+def test_weighted_leave_one_out_matches_brute_force_refits():
+    # A row of weight 3 is left out whole: refit without it and predict it.
+    X, y = one_dimensional(20, seed=11)
+    w = np.tile([1.0, 3.0], 10)
+    params = dict(
+        hidden_layer_size=4,
+        n_samples=400,
+        n_warmup=200,
+        n_leapfrog=30,
+        n_chains=4,
+        n_jobs=2,
+        random_state=0,
+    )
+    model = HMCNetworkRegressor(**params).fit(X, y, sample_weight=w)
+    rows = [1, 7, 12, 19]
+    brute = []
+    for i in rows:
+        keep = np.arange(20) != i
+        refit = HMCNetworkRegressor(**params).fit(
+            X[keep], y[keep], sample_weight=w[keep]
+        )
+        brute.append(refit.predict(X[i : i + 1])[0])
+    # A heavy row pulls the fit towards itself: its leave-one-out prediction
+    # moves away from y_i by more than the in-sample prediction does.
+    in_sample = model.predict(X[rows])
+    np.testing.assert_allclose(model.loo_prediction_[rows], brute, atol=0.05)
+    assert np.mean(np.abs(model.loo_prediction_[rows] - y[rows])) > np.mean(
+        np.abs(in_sample - y[rows])
+    )
+
+
+# ---------------------------------------------------------------- memory guard
+
+
+def test_fit_too_large_for_memory_is_refused_before_sampling(monkeypatch):
+    # The issue's case: 5e6 draws x 4 chains x 100 points was accepted and
+    # would allocate 14.9 GiB of network outputs alone.
+    monkeypatch.setattr(
+        "sklearn_meanfield._memory.available_memory_bytes", lambda: 8 * 2**30
+    )
+    X, y = one_dimensional(100, seed=12)
+    model = HMCNetworkRegressor(hidden_layer_size=10, n_samples=5_000_000)
+    with pytest.raises(MemoryError, match=r"n_samples=5000000 .* needs about 85\.3"):
+        model.fit(X, y)
+    assert not hasattr(model, "parameter_draws_")
+
+
+# ------------------------------------------------------- stopping in warm-up
+
+
+class _Deadline:
+    """A deadline callback on a clock that advances one tick per block.
+
+    ``on_fit_task_end`` asks to stop once the clock has passed ``deadline``,
+    as a wall-clock limit would; counting ticks keeps the test deterministic.
+    """
+
+    def __init__(self, deadline):
+        self.deadline = deadline
+        self.ticks = 0
+        self.blocks = []
+
+    def setup(self, estimator, context):
+        pass
+
+    def teardown(self, estimator, context):
+        pass
+
+    def on_fit_task_begin(self, estimator, context):
+        pass
+
+    def on_fit_task_end(self, estimator, context):
+        if context.task_name != "iterations":
+            return False
+        self.ticks += 1
+        self.blocks.append((context.parent.task_id, context.task_id))
+        return self.ticks >= self.deadline
+
+
+def test_a_deadline_during_warm_up_stops_at_once_with_a_usable_model():
+    pytest.importorskip("sklearn.callback")
+    X, y = one_dimensional(60, seed=13)
+    # 1000 iterations per chain in blocks of 100: the deadline falls in the
+    # first block of warm-up.  Before the fix, the chains ran the 900
+    # warm-up iterations left before stopping.
+    deadline = _Deadline(deadline=1)
+    model = HMCNetworkRegressor(
+        hidden_layer_size=6,
+        n_samples=200,
+        n_warmup=800,
+        n_leapfrog=20,
+        n_chains=2,
+        n_jobs=1,
+        random_state=0,
+    ).set_callbacks(deadline)
+    with pytest.warns(ConvergenceWarning, match="during warm-up"):
+        model.fit(X, y)
+    # One block per chain, then the end.
+    assert deadline.blocks == [(0, 0), (1, 0)]
+    assert model.parameter_draws_.shape[0] == 2 * 4
+    # 100 warm-up iterations already find the function.
+    grid = np.linspace(-1.8, 1.8, 20)[:, None]
+    mean, std = model.predict(grid, return_std=True)
+    assert np.all(np.isfinite(std)) and np.all(std > 0)
+    assert np.sqrt(np.mean((mean - truth(grid[:, 0])) ** 2)) < 0.3
+    assert np.isfinite(model.loo_error_)
+
+
+# ---------------------------------------------------------------- shapes of y
+
+
+def test_one_column_y_gives_the_shapes_of_gaussian_process_regressor():
+    from sklearn.gaussian_process import GaussianProcessRegressor
+
+    X, y = one_dimensional(30, seed=14)
+    Y = y[:, None]
+    model = HMCNetworkRegressor(
+        hidden_layer_size=3,
+        n_samples=10,
+        n_warmup=10,
+        n_leapfrog=5,
+        n_chains=2,
+        random_state=0,
+    ).fit(X, Y)
+    gpr = GaussianProcessRegressor().fit(X, Y)
+    for ours, peer in [
+        (model.predict(X[:4]), gpr.predict(X[:4])),
+        (model.predict(X[:4], return_std=True)[1], gpr.predict(X[:4], True)[1]),
+        (model.sample_y(X[:4], 3), gpr.sample_y(X[:4], 3)),
+    ]:
+        assert ours.shape == peer.shape
+    assert model.predict_draws(X[:4]).shape == (20, 4)
+    # loo_prediction_ keeps the shape of y (the package contract).
+    assert model.loo_prediction_.shape == (30, 1)
+    flat = HMCNetworkRegressor(**model.get_params()).fit(X, y)
+    np.testing.assert_array_equal(model.predict(X), flat.predict(X))
+    np.testing.assert_array_equal(model.loo_prediction_[:, 0], flat.loo_prediction_)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from joblib import parallel_config
-from sklearn.base import clone, is_classifier
+from sklearn.base import clone, is_classifier, is_regressor
 from sklearn.exceptions import ConvergenceWarning
 from test_common import (
     ESTIMATORS,
@@ -23,9 +23,20 @@ from test_common import (
     assert_sane_outputs,
     fit_estimator,
     prediction_outputs,
+    small_data,
 )
 
 UNIT_INTERVAL = {"BetheRBM"}
+EXTREME_LOG10_SCALES = [-300, 300, -154, 154, -100, 100]
+# The documented refusals of valid but extreme data, by message: regressors
+# refuse a target spread outside [1e-150, 1e150] (its squared errors and
+# precisions would overflow or underflow); the TAP perceptron refuses inputs
+# so small that its N(0, 1) intercept would outweigh them by over 1e77.
+DOCUMENTED_SCALE_REFUSALS = {
+    "HMCNetworkRegressor": "y has a standard deviation of",
+    "EnsembleLearningRegressor": "y has a standard deviation of",
+    "TAPPerceptronClassifier": "inputs are too small",
+}
 
 
 def property_settings(max_examples):
@@ -41,7 +52,10 @@ def property_settings(max_examples):
 def data_sets(draw, estimator):
     n_samples = draw(st.integers(2, 40))
     n_features = draw(st.integers(1, 6))
-    log10_scale = draw(st.integers(-6, 6))
+    # Ordinary scales mostly, and the extremes a double holds (issue 21).
+    log10_scale = draw(
+        st.one_of(st.integers(-6, 6), st.sampled_from(EXTREME_LOG10_SCALES))
+    )
     seed = draw(st.integers(0, 2**31 - 1))
     rng = np.random.RandomState(seed)
     X = rng.normal(size=(n_samples, n_features)) * 10.0**log10_scale
@@ -63,7 +77,9 @@ def data_sets(draw, estimator):
             y = np.zeros(n_samples, dtype=int)
             y[: max(1, n_samples // 10)] = n_classes - 1
         return X, y
-    target_scale = 10.0 ** draw(st.integers(-4, 4))
+    target_scale = 10.0 ** draw(
+        st.one_of(st.integers(-4, 4), st.sampled_from(EXTREME_LOG10_SCALES))
+    )
     y = (np.sin(X[:, 0] / 10.0**log10_scale) + rng.normal(size=n_samples)) * (
         target_scale
     )
@@ -77,9 +93,13 @@ def _fit_or_documented_error(estimator, X, y):
         return fit_estimator(estimator, X, y)
     except ValueError as error:
         message = str(error)
-        # The documented refusals: one class for a classifier.
+        # The documented refusals: one class for a classifier, and data at
+        # scales the estimator cannot represent (DOCUMENTED_SCALE_REFUSALS).
         if n_classes == 1:
             assert "class" in message, message
+            return None
+        phrase = DOCUMENTED_SCALE_REFUSALS.get(type(estimator).__name__)
+        if phrase is not None and phrase in message:
             return None
         raise
 
@@ -130,3 +150,43 @@ def test_random_data_sets_fit_cleanly_or_raise_the_documented_error(estimator):
 @pytest.mark.parametrize("estimator", ESTIMATORS, ids=_ids)
 def test_many_random_data_sets(estimator):
     _check_random_data_sets(estimator, max_examples=60)
+
+
+def _scaled_data(estimator, x_scale, y_scale):
+    X, y = small_data(estimator)
+    X = X[:30, :3] * x_scale
+    if y is None:  # BetheRBM: binary data, no scale
+        return X / x_scale, None
+    y = y[:30]
+    return X, (y * y_scale if is_regressor(estimator) else y)
+
+
+@pytest.mark.parametrize("log10_x", [-300, -154, 154, 300])
+@pytest.mark.parametrize("estimator", ESTIMATORS, ids=_ids)
+def test_inputs_at_the_extremes_of_the_double_range(estimator, log10_x):
+    # Before: a column spread above 1e154 had an infinite scale (dropped), one
+    # below 1e-154 a zero scale (taken as constant); the regressors predicted
+    # NaN or inf.  Finite outputs, deterministic, or the documented refusal.
+    X, y = _scaled_data(estimator, 10.0**log10_x, 1.0)
+    _run_property_check(estimator, X, y)
+
+
+@pytest.mark.parametrize("log10_y", [-300, -140, 140, 300])
+@pytest.mark.parametrize(
+    "estimator", [e for e in ESTIMATORS if is_regressor(e)], ids=_ids
+)
+def test_targets_at_the_extremes_of_the_double_range(estimator, log10_y):
+    X, y = _scaled_data(estimator, 1.0, 10.0**log10_y)
+    if abs(log10_y) > 150:
+        with pytest.raises(ValueError, match="y has a standard deviation of"):
+            fit_estimator(clone(estimator), X, y)
+        return
+    _run_property_check(estimator, X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fitted = fit_estimator(clone(estimator), X, y)
+        unit = fit_estimator(clone(estimator), X, y / 10.0**log10_y)
+    # A scale-free fit: the same model in other units.
+    np.testing.assert_allclose(
+        fitted.predict(X) / 10.0**log10_y, unit.predict(X), rtol=1e-6
+    )
