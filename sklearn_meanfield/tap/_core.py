@@ -374,6 +374,9 @@ class TAPSolution:
         ``tau_i / w_i`` (the cavities of the repeated points' EP, at which
         the evidence and its derivative in the likelihood's parameters are
         computed).  None when unweighted (they are the cavities above).
+    stopped : bool
+        Whether the run ended because its reporter asked to stop (with
+        ``honour_stop=True``); the best iterate is kept.
 
     Examples
     --------
@@ -405,6 +408,7 @@ class TAPSolution:
     converged: bool
     posterior: object = field(repr=False, default=None)
     site_weights: np.ndarray = field(repr=False, default=None)
+    stopped: bool = False
     copy_cavity_mean: np.ndarray = field(repr=False, default=None)
     copy_cavity_var: np.ndarray = field(repr=False, default=None)
 
@@ -613,6 +617,7 @@ def expectation_propagation(
     fallback=None,
     anderson_memory=3,
     site_weights=None,
+    honour_stop=False,
 ):
     """Solve the adaptive TAP / EP equations with parallel damped updates.
 
@@ -683,6 +688,11 @@ def expectation_propagation(
         give powers above one, whose cavities may be improper where a site
         outweighs the rest of the posterior; zero weights are refused (drop
         the points, see :func:`positive_site_weights`).
+    honour_stop : bool, default=False
+        Stop (not converged, the best iterate kept, ``stopped=True``) when
+        ``reporter`` returns True for a sweep, i.e. when a scikit-learn
+        callback asks to stop (:meth:`ProgressReporter.steps_at
+        <sklearn_meanfield._progress.ProgressReporter.steps_at>`).
 
     Returns
     -------
@@ -732,7 +742,7 @@ def expectation_propagation(
     mixing = _AndersonMixing(anderson_memory) if anderson_memory > 0 else None
     before_acceleration = None  # the state an accelerated sweep started from
     halved_at = (np.inf, 0)  # (residual, sweep) when the best last halved
-    converged = False
+    converged = stopped = False
     for n_iter in range(1, max_iter + 1):
         cavity_tau, cavity_nu = _cavities(solution, site_power * tau, site_power * nu)
         valid = cavity_tau > 0
@@ -758,10 +768,16 @@ def expectation_propagation(
             best = state
         if residual <= 0.5 * halved_at[0]:
             halved_at = (residual, n_iter)
+        stop = False
         if reporter is not None:
-            reporter(2, "EP sweep %d: residual %.3g, step %.2f", n_iter, residual, step)
+            stop = reporter(
+                2, "EP sweep %d: residual %.3g, step %.2f", n_iter, residual, step
+            )
         if residual < tol and np.all(valid):
             converged = True
+            break
+        if honour_stop and stop is True:
+            stopped = True
             break
         if patience is not None and n_iter - halved_at[1] > patience:
             break
@@ -824,9 +840,11 @@ def expectation_propagation(
         tau, nu, solution = trial_tau, trial_nu, trial
     if not converged:
         _, tau, nu, solution = best
-        return _finish(
+        finished = _finish(
             solution, tau, nu, t, likelihood, n_iter, converged, site_weights=w
         )
+        finished.stopped = stopped
+        return finished
     # The last sweep's log normalisers belong to these very cavities (one
     # copy of each site removed when power is 1): no second pass over the
     # likelihood.
@@ -1119,6 +1137,7 @@ def mean_field_iteration(
     damping=0.2,
     reporter=None,
     site_weights=None,
+    honour_stop=False,
 ):
     """Mean-field equations with a prescribed cavity variance.
 
@@ -1152,6 +1171,8 @@ def mean_field_iteration(
         closure's variance is the same with or without the point), and the
         sites are ``w_i`` times a copy's.  None or all ones: unweighted, bit
         for bit.
+    honour_stop : bool, default=False
+        As in :func:`expectation_propagation`.
 
     Returns
     -------
@@ -1182,7 +1203,7 @@ def mean_field_iteration(
     best = None
     previous_residual = np.inf
     step = float(damping)
-    converged = False
+    converged = stopped = False
     for n_iter in range(1, max_iter + 1):
         # A closure can drive the iteration to overflow (e.g. the isotropic
         # cavity variance at its floor); stop there and keep the best iterate.
@@ -1199,10 +1220,14 @@ def mean_field_iteration(
             break
         if best is None or residual < best[0]:
             best = (residual, alpha, mean, lam, cavity_mean, log_z, second)
+        stop = False
         if reporter is not None:
-            reporter(2, "mean-field sweep %d: residual %.3g", n_iter, residual)
+            stop = reporter(2, "mean-field sweep %d: residual %.3g", n_iter, residual)
         if residual < tol:
             converged = True
+            break
+        if honour_stop and stop is True:
+            stopped = True
             break
         step = _next_step(step, residual, previous_residual, damping)
         previous_residual = residual
@@ -1234,6 +1259,7 @@ def mean_field_iteration(
         converged=converged,
         posterior=solution,
         site_weights=w,
+        stopped=stopped,
         copy_cavity_mean=copy_mean,
         copy_cavity_var=copy_var,
     )

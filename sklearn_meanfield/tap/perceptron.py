@@ -4,14 +4,21 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
+from scipy import sparse
 from scipy.linalg import LinAlgError
+from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import (
+    _check_sample_weight,
+    check_is_fitted,
+    validate_data,
+)
 
 from .._base import atomic_fit
+from .._gaussian import log_noisy_step
 from .._parallel import (
     N_JOBS_CONSTRAINT,
     draw_seeds,
@@ -27,6 +34,8 @@ from ._core import (
     _finish,
     expectation_propagation,
     mean_field_iteration,
+    positive_site_weights,
+    weighted_error_rate,
 )
 from ._likelihoods import NoisyStepLikelihood
 from ._multiclass import (
@@ -37,6 +46,14 @@ from ._multiclass import (
 )
 
 __all__ = ["TAPPerceptronClassifier"]
+
+# Inputs whose largest magnitude lies within these bounds are used as they
+# are; outside, the fields are divided by a power of two (an exact change of
+# units the step likelihood does not see).  The intercept column is then 1/s:
+# below this s it would outweigh the inputs beyond what float64 represents.
+_MIN_PLAIN_SCALE = 2.0**-100
+_MAX_PLAIN_SCALE = 2.0**100
+_MIN_INTERCEPT_SCALE = 2.0**-256
 
 # Smallest cavity variance of the isotropic closure 1 - |<w>|^2 / N, which
 # leaves its domain once the posterior has (numerically) collapsed.
@@ -90,7 +107,7 @@ def _powered_label_noise(label_noise, power):
     return 1.0 / (1.0 + ((1.0 - label_noise) / label_noise) ** power)
 
 
-def _adaptive_solve(posterior, t, config, warm, reporter):
+def _adaptive_solve(posterior, t, w, config, warm, reporter):
     """Adaptive TAP: plain EP, then fractional EP where plain EP stalls.
 
     Fractional (power) EP has its own fixed point, a little different from
@@ -111,11 +128,13 @@ def _adaptive_solve(posterior, t, config, warm, reporter):
         damping=config["damping"],
         reporter=sweeps,
         patience=_PLAIN_EP_PATIENCE,
+        site_weights=w,
+        honour_stop=True,
     )
     n_iter = solution.n_iter
     for power in _FRACTIONAL_POWERS:
         budget = config["max_iter"] - n_iter
-        if solution.converged or budget <= 0:
+        if solution.converged or solution.stopped or budget <= 0:
             break
         reporter(1, "EP not converged after %d sweeps; power EP %.2f", n_iter, power)
         noise = _powered_label_noise(config["label_noise"], power)
@@ -132,8 +151,11 @@ def _adaptive_solve(posterior, t, config, warm, reporter):
             power=power,
             site_steps=True,
             patience=_FRACTIONAL_PATIENCE,
+            site_weights=w,
+            honour_stop=True,
         )
         n_iter += solution.n_iter
+        stopped = solution.stopped
         # Whole-site cavities, log Z and evidence with the likelihood itself.
         solution = _finish(
             solution.posterior,
@@ -143,23 +165,26 @@ def _adaptive_solve(posterior, t, config, warm, reporter):
             likelihood,
             n_iter,
             solution.converged,
+            site_weights=solution.site_weights,
         )
+        solution.stopped = stopped
     solution.n_iter = n_iter
     return solution
 
 
-def _solve(posterior, t, config, warm=None, reporter=None):
+def _solve(posterior, t, w, config, warm=None, reporter=None):
     """Run the configured mean-field equations (a pure function of its inputs).
 
-    Every sweep is a step of ``reporter.task`` (named "sweep") for
-    scikit-learn callbacks; the equations cannot be stopped from there.
+    ``w`` holds the site weights (None: all one).  Every sweep is a step of
+    ``reporter.task`` (named "sweep") for scikit-learn callbacks; a
+    callback's request to stop ends the iteration with its best iterate.
     """
     likelihood = NoisyStepLikelihood(config["label_noise"], sigma=0.0)
     warm = warm or {}
     if reporter is None:
         reporter = ProgressReporter(config["verbose"], "TAPPerceptronClassifier")
     if config["variance"] == "adaptive":
-        return _adaptive_solve(posterior, t, config, warm, reporter)
+        return _adaptive_solve(posterior, t, w, config, warm, reporter)
     if config["variance"] == "naive":
         closure = PriorVariance(posterior.prior_var)
     else:
@@ -174,6 +199,8 @@ def _solve(posterior, t, config, warm=None, reporter=None):
         tol=config["tol"],
         damping=min(config["damping"], _MAX_CLOSURE_STEP),
         reporter=reporter.steps_at(2, "sweep"),
+        site_weights=w,
+        honour_stop=True,
     )
 
 
@@ -193,7 +220,7 @@ def _warm_start(solution, n_new):
     }
 
 
-def _incremental_solve(posterior, t, config, seed, task=None):
+def _incremental_solve(posterior, t, w, config, seed, task=None):
     """The paper's schedule for hard problems: a few examples first, then more.
 
     The examples are taken in a random order (``seed``); the set doubles at
@@ -204,29 +231,39 @@ def _incremental_solve(posterior, t, config, seed, task=None):
     """
     reporter = ProgressReporter(config["verbose"], "TAPPerceptronClassifier", task=task)
     reporter.task.begin()
-    solution = _incremental_stages(posterior, t, config, seed, reporter)
+    solution = _incremental_stages(posterior, t, w, config, seed, reporter)
     reporter.task.end()
     return solution
 
 
-def _incremental_stages(posterior, t, config, seed, reporter):
+def _incremental_stages(posterior, t, w, config, seed, reporter):
     n = posterior.n
     order = np.random.RandomState(seed).permutation(n)
     size = min(n, max(8, n // 16))
     warm = None
     while True:
         index = order[:size]
-        solution = _solve(posterior.subset(index), t[index], config, warm, reporter)
-        if size == n:
+        solution = _solve(
+            posterior.subset(index),
+            t[index],
+            None if w is None else w[index],
+            config,
+            warm,
+            reporter,
+        )
+        if size == n or solution.stopped:
             break
         new_size = min(n, 2 * size)
         warm = _warm_start(solution, new_size - size)
         size = new_size
+    if solution.stopped:
+        return solution  # a partial set: refused by the caller
     # Back to the original order of the examples.
     inverse = np.argsort(order)
     return _solve(
         posterior,
         t,
+        w,
         config,
         {
             "tau": solution.tau[inverse],
@@ -237,7 +274,7 @@ def _incremental_stages(posterior, t, config, seed, reporter):
     )
 
 
-def _fit_binary(Phi, t, config, seed, n_jobs, task=None):
+def _fit_binary(Phi, t, w, config, seed, n_jobs, task=None):
     """One binary problem: plain iteration, then incremental restarts if needed.
 
     ``task`` (a :class:`~sklearn_meanfield._progress.CallbackTask`) is the
@@ -249,23 +286,24 @@ def _fit_binary(Phi, t, config, seed, n_jobs, task=None):
     reporter = ProgressReporter(config["verbose"], "TAPPerceptronClassifier", task=task)
     reporter.task.begin()
     with single_blas_thread_if_small(side):
-        problem = _fit_binary_solve(Phi, t, config, seed, n_jobs, reporter)
+        problem = _fit_binary_solve(Phi, t, w, config, seed, n_jobs, reporter)
     reporter.task.end()
     return problem
 
 
-def _fit_binary_solve(Phi, t, config, seed, n_jobs, reporter):
+def _fit_binary_solve(Phi, t, w, config, seed, n_jobs, reporter):
     if config["space"] == "weight":
         posterior = WeightSpacePosterior(Phi)
     else:
-        posterior = KernelPosterior(Phi @ Phi.T)
+        K = Phi @ Phi.T
+        posterior = KernelPosterior(K.toarray() if sparse.issparse(K) else K)
     solve = ProgressReporter(
         config["verbose"],
         reporter.prefix,
         task=reporter.task.subtask("solve", max_steps=None),
     )
     solve.task.begin()
-    solution = _solve(posterior, t, config, reporter=solve)
+    solution = _solve(posterior, t, w, config, reporter=solve)
     solve.task.end()
     reporter(
         1,
@@ -275,7 +313,7 @@ def _fit_binary_solve(Phi, t, config, seed, n_jobs, reporter):
         solution.n_iter,
         solution.converged,
     )
-    if not solution.converged and config["n_restarts"] > 0:
+    if not solution.converged and not solution.stopped and config["n_restarts"] > 0:
         n_restarts = config["n_restarts"]
         restarts = reporter.task.subtask("incremental restarts", max_steps=n_restarts)
         restarts.begin()
@@ -283,7 +321,7 @@ def _fit_binary_solve(Phi, t, config, seed, n_jobs, reporter):
         candidates = run_parallel(
             _incremental_solve,
             [
-                (posterior, t, config, int(s), task)
+                (posterior, t, w, config, int(s), task)
                 for s, task in zip(
                     draw_seeds(seed, n_restarts),
                     restarts.subtasks(n_restarts, "restart", max_steps=None),
@@ -292,7 +330,9 @@ def _fit_binary_solve(Phi, t, config, seed, n_jobs, reporter):
             n_jobs=n_jobs,
         )
         restarts.end()
-        candidates = [solution] + [c for c in candidates if c.converged]
+        candidates = [solution] + [
+            c for c in candidates if c.converged and not c.stopped
+        ]
         _, solution = select_best(candidates, key=_free_energy_score)
         reporter(
             1,
@@ -300,7 +340,14 @@ def _fit_binary_solve(Phi, t, config, seed, n_jobs, reporter):
             -_free_energy_score(solution),
             solution.converged,
         )
-    if not solution.converged:
+    if solution.stopped:
+        warnings.warn(
+            f"A callback stopped the {config['variance']} TAP equations after "
+            f"{solution.n_iter} sweeps, before they converged; the best iterate "
+            "is kept.",
+            ConvergenceWarning,
+        )
+    elif not solution.converged:
         warnings.warn(
             f"The {config['variance']} TAP equations did not converge in "
             f"{solution.n_iter} sweeps; the best iterate is kept. Increase "
@@ -321,6 +368,12 @@ def _fit_binary_solve(Phi, t, config, seed, n_jobs, reporter):
     }
 
 
+def _row_norms_squared(Phi):
+    if sparse.issparse(Phi):
+        return np.asarray(Phi.multiply(Phi).sum(axis=1), dtype=float).ravel()
+    return np.einsum("ij,ij->i", Phi, Phi)
+
+
 class _DualFieldVariance:
     """Field variance at new inputs from a dual (kernel-space) solution.
 
@@ -333,7 +386,9 @@ class _DualFieldVariance:
 
     def field_variance(self, Phi_new):
         K_cross = self.Phi @ Phi_new.T
-        prior = np.einsum("ij,ij->i", Phi_new, Phi_new)
+        if sparse.issparse(K_cross):
+            K_cross = K_cross.toarray()
+        prior = _row_norms_squared(Phi_new)
         return prior - self.solution.variance_reduction(K_cross)
 
 
@@ -469,6 +524,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         "label_noise": [Interval(Real, 0, 0.5, closed="left")],
         "variance": [StrOptions({"adaptive", "isotropic", "naive"})],
         "fit_intercept": ["boolean"],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
         "space": [StrOptions({"auto", "dual", "weight"})],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="neither")],
@@ -485,6 +541,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         label_noise=0.05,
         variance="adaptive",
         fit_intercept=True,
+        class_weight=None,
         space="auto",
         max_iter=1000,
         tol=1e-6,
@@ -497,6 +554,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         self.label_noise = label_noise
         self.variance = variance
         self.fit_intercept = fit_intercept
+        self.class_weight = class_weight
         self.space = space
         self.max_iter = max_iter
         self.tol = tol
@@ -506,27 +564,91 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         self.random_state = random_state
         self.verbose = verbose
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
     def _design(self, X):
-        """``Phi = [X, sqrt(N)] / sqrt(N)``: rows whose dot with w is the field."""
-        scale = np.sqrt(X.shape[1])
-        Phi = X / scale
+        """``Phi = [X, sqrt(N)] / (s sqrt(N))``: rows whose dot with w is the
+        field over ``s = _input_scale``.
+
+        The noise-free step, with or without label noise, sees only the sign
+        of the field, so dividing every field by the power of two ``s`` changes
+        nothing but keeps ``|x|^2`` representable for inputs of scale 1e300
+        (``s = 1`` for ordinary scales: the unscaled arithmetic).
+        """
+        scale = self._input_scale
+        Phi = X / (scale * np.sqrt(X.shape[1]))
         if self.fit_intercept:
-            Phi = np.hstack([Phi, np.ones((X.shape[0], 1))])
+            column = np.full((X.shape[0], 1), 1.0 / scale)
+            if sparse.issparse(Phi):
+                return sparse.hstack([Phi, column], format="csr")
+            Phi = np.hstack([Phi, column])
         return Phi
+
+    def _scale_inputs(self, X):
+        """The power of two ``s`` the fields are divided by (1 unless the
+        inputs' largest magnitude lies outside ``2**+-100``)."""
+        data = X.data if sparse.issparse(X) else X
+        largest = float(np.max(np.abs(data))) if data.size else 0.0
+        if largest == 0.0 or _MIN_PLAIN_SCALE <= largest <= _MAX_PLAIN_SCALE:
+            return 1.0
+        scale = float(2.0 ** np.frexp(largest)[1])
+        if self.fit_intercept and scale < _MIN_INTERCEPT_SCALE:
+            if sparse.issparse(X):
+                column = int(np.argmax(np.abs(X).max(axis=0).toarray().ravel()))
+            else:
+                column = int(np.argmax(np.max(np.abs(X), axis=0)))
+            raise ValueError(
+                f"The inputs are too small for the intercept's N(0, 1) prior: "
+                f"the largest |X| is {largest:.3g} (column {column}), so the "
+                "intercept would outweigh every input by more than 1e77 and "
+                "the fields could not be represented. Standardise X (e.g. "
+                "StandardScaler) or use fit_intercept=False, under which the "
+                "fit does not depend on the inputs' scale."
+            )
+        return scale
+
+    def _sample_weights(self, y, sample_weight, X):
+        """``sample_weight`` times the class weights (None when unweighted)."""
+        if sample_weight is None and self.class_weight is None:
+            return None
+        sample_weight = _check_sample_weight(
+            sample_weight, X, dtype=np.float64, ensure_non_negative=True
+        )
+        if self.class_weight is not None:
+            sample_weight = sample_weight * _class_weights(
+                self.class_weight, self.classes_, y, sample_weight
+            )
+        if not np.any(sample_weight > 0):
+            raise ValueError(
+                "Every sample has weight zero (sample_weight times class_weight): "
+                "there is nothing to fit."
+            )
+        return sample_weight
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fit the TAP mean-field perceptron.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training inputs.  With more samples than features the fit works in
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training inputs (CSR/CSC matrices are used without densifying
+            all of X).  With more samples than features the fit works in
             the n_features x n_features weight space, so 10^5 samples cost
             O(n_samples n_features^2) a sweep and no n_samples^2 memory.
+            float32 inputs give float32 ``coef_`` and ``intercept_`` (the
+            equations are solved in float64).
         y : array-like of shape (n_samples,)
             Target labels.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights: a sample of integer weight ``k`` counts as
+            ``k`` copies of it (its likelihood raised to ``k``, the EP fixed
+            point of the repeated samples), weight zero as no sample.
+            Multiplied by the weights of ``class_weight``.
 
         Returns
         -------
@@ -536,14 +658,33 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         Raises
         ------
         ValueError
-            If ``y`` holds a single class (there is nothing to classify), or
-            if ``X`` or ``y`` is invalid (NaN, infinity, wrong shape).
+            If ``y`` holds a single class (there is nothing to classify), if
+            every weight is zero, if ``X`` or ``y`` is invalid (NaN,
+            infinity, wrong shape), or if the inputs are so small (largest
+            magnitude below about 1e-77) that the intercept's prior swamps
+            them.
         """
-        X, y = validate_data(self, X, y, dtype=np.float64)
+        X, y = validate_data(
+            self,
+            X,
+            y,
+            accept_sparse=("csr", "csc"),
+            dtype=[np.float64, np.float32],
+        )
+        dtype = X.dtype
+        X = X.astype(np.float64) if dtype != np.float64 else X
         self.classes_, y_index = encode_classes(y, type(self).__name__)
         n_classes = len(self.classes_)
         rng = check_random_state(self.random_state)
+        weights = self._sample_weights(y, sample_weight, X)
+        keep, site_weights = positive_site_weights(weights, X.shape[0])
+        merged = _merge_duplicates(X, y_index, keep, weights)
+        if merged is not None:
+            keep, site_weights = merged["rows"], merged["site_weights"]
+        self._input_scale = self._scale_inputs(X)
         Phi = self._design(X)
+        if len(keep) < X.shape[0]:
+            Phi = Phi[keep]
         n_samples, n_weights = Phi.shape
         if self.space == "auto":
             self.space_ = "weight" if n_samples > n_weights else "dual"
@@ -560,29 +701,37 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
             "n_weights": n_weights,
             "verbose": self.verbose,
         }
-        targets = one_vs_rest_targets(y_index, n_classes)
+        targets = [t[keep] for t in one_vs_rest_targets(y_index, n_classes)]
         seeds = draw_seeds(rng, len(targets))
         # With scikit-learn callbacks, every problem is a subtask of the fit.
         with fit_progress(
             self, self.verbose, max_steps=len(targets), X=X, y=y
         ) as reporter:
             tasks = reporter.task.subtasks(len(targets), "problem", max_steps=None)
-            problems = self._fit_problems(Phi, targets, config, seeds, tasks)
-            self._store(X, y, problems)
+            problems = self._fit_problems(
+                Phi, targets, site_weights, config, seeds, tasks
+            )
+            self._store(X, y, problems, keep, weights, dtype, merged)
         return self
 
-    def _fit_problems(self, Phi, targets, config, seeds, tasks):
+    def _fit_problems(self, Phi, targets, site_weights, config, seeds, tasks):
         try:
             if len(targets) == 1:
                 return [
                     _fit_binary(
-                        Phi, targets[0], config, int(seeds[0]), self.n_jobs, tasks[0]
+                        Phi,
+                        targets[0],
+                        site_weights,
+                        config,
+                        int(seeds[0]),
+                        self.n_jobs,
+                        tasks[0],
                     )
                 ]
             return run_parallel(
                 _fit_binary,
                 [
-                    (Phi, t, config, int(s), 1, task)
+                    (Phi, t, site_weights, config, int(s), 1, task)
                     for t, s, task in zip(targets, seeds, tasks)
                 ],
                 n_jobs=self.n_jobs,
@@ -593,32 +742,84 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
                 f"definite ({error}); check the data for extreme scales."
             ) from error
 
-    def _store(self, X, y, problems):
-        weights = np.vstack([p["weight_mean"] for p in problems])
+    def _store(self, X, y, problems, keep, weights, dtype, merged=None):
+        weights_mean = np.vstack([p["weight_mean"] for p in problems])
         n_features = X.shape[1]
-        self.coef_ = weights[:, :n_features] / np.sqrt(n_features)
+        coef = weights_mean[:, :n_features] / np.sqrt(n_features)
         if self.fit_intercept:
-            self.intercept_ = weights[:, n_features].copy()
+            intercept = weights_mean[:, n_features].copy()
         else:
-            self.intercept_ = np.zeros(len(problems))
+            intercept = np.zeros(len(problems))
         self._variance_models = [p["variance_model"] for p in problems]
         self.n_iter_ = int(max(p["solution"].n_iter for p in problems))
+        # The float64 solution predicts; coef_ and intercept_ follow X's dtype.
+        self._coef64, self._intercept64 = coef, intercept
+        self.coef_ = coef.astype(dtype, copy=False)
+        self.intercept_ = intercept.astype(dtype, copy=False)
 
-        self.loo_proba_, self.loo_error_ = leave_one_out(
-            NoisyStepLikelihood(self.label_noise, sigma=0.0),
-            [p["solution"] for p in problems],
-            self.classes_,
-            y,
-        )
+        likelihood = NoisyStepLikelihood(self.label_noise, sigma=0.0)
+        solutions = [p["solution"] for p in problems]
+        if merged is None:
+            loo_proba, _ = leave_one_out(likelihood, solutions, self.classes_, y[keep])
+        else:
+            # A merged sample leaves its own share of the merged site out.
+            keep = merged["kept"]
+            loo_proba = positive_to_proba(
+                np.column_stack(
+                    [
+                        likelihood.predictive_positive(
+                            *_partial_cavity(s, merged["group"], merged["share"])
+                        )
+                        for s in solutions
+                    ]
+                )
+            )
+        if len(keep) < X.shape[0]:
+            # A sample of weight zero was not in the fit: its leave-one-out
+            # prediction is the model's own.
+            full = np.empty((X.shape[0], len(self.classes_)))
+            full[keep] = loo_proba
+            dropped = np.setdiff1d(np.arange(X.shape[0]), keep)
+            full[dropped] = self._proba64(X[dropped])
+            loo_proba = full
+        self.loo_proba_ = loo_proba
+        loo_labels = self.classes_[np.argmax(loo_proba, axis=1)]
+        self.loo_error_ = weighted_error_rate(y, loo_labels, weights)
 
     def _fields(self, X):
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        mean = X @ self.coef_.T + self.intercept_
+        """Mean and variance of each problem's field, divided by the input
+        scale (both in float64), and the dtype of the outputs."""
+        X = validate_data(
+            self,
+            X,
+            reset=False,
+            accept_sparse=("csr", "csc"),
+            dtype=[np.float64, np.float32],
+        )
+        dtype = np.result_type(X.dtype, self.coef_.dtype)
+        return (*self._fields64(X.astype(np.float64, copy=False)), dtype)
+
+    def _fields64(self, X):
+        scale = self._input_scale
+        mean = (X / scale) @ self._coef64.T + self._intercept64 / scale
         Phi = self._design(X)
         var = np.column_stack(
             [model.field_variance(Phi) for model in self._variance_models]
         )
-        return mean, np.maximum(var, 0.0)
+        return np.asarray(mean), np.maximum(var, 0.0)
+
+    def _proba64(self, X):
+        mean, var = self._fields64(X)
+        return positive_to_proba(self._positive(mean, var))
+
+    def _standardised(self, mean, var):
+        return mean / np.sqrt(np.maximum(var, np.finfo(float).tiny))
+
+    def _positive(self, mean, var):
+        likelihood = NoisyStepLikelihood(self.label_noise, sigma=0.0)
+        # A field known exactly (var = 0) gives the likelihood at its mean.
+        var = np.maximum(var, np.finfo(float).tiny)
+        return likelihood.predictive_positive(mean, var)
 
     def decision_function(self, X):
         """Mean field in units of its posterior standard deviation.
@@ -630,16 +831,17 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
 
         Returns
         -------
         ndarray of shape (n_samples,) for two classes (positive favours
-        ``classes_[1]``), else (n_samples, n_classes).
+        ``classes_[1]``), else (n_samples, n_classes).  float32 for float32
+        inputs to a float32 fit (like the fitted coefficients), else float64.
         """
         check_is_fitted(self)
-        mean, var = self._fields(X)
-        scores = mean / np.sqrt(np.maximum(var, np.finfo(float).tiny))
+        mean, var, dtype = self._fields(X)
+        scores = self._standardised(mean, var).astype(dtype, copy=False)
         return scores[:, 0] if scores.shape[1] == 1 else scores
 
     def predict_proba(self, X):
@@ -651,29 +853,168 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
 
         Returns
         -------
         ndarray of shape (n_samples, n_classes)
         """
         check_is_fitted(self)
-        mean, var = self._fields(X)
-        likelihood = NoisyStepLikelihood(self.label_noise, sigma=0.0)
-        # A field known exactly (var = 0) gives the likelihood at its mean.
-        var = np.maximum(var, np.finfo(float).tiny)
-        return positive_to_proba(likelihood.predictive_positive(mean, var))
+        mean, var, dtype = self._fields(X)
+        proba = positive_to_proba(self._positive(mean, var))
+        return proba.astype(dtype, copy=False)
+
+    def predict_log_proba(self, X):
+        """Logarithm of :meth:`predict_proba`, accurate in the tails.
+
+        Computed from ``log(label_noise + (1 - 2 label_noise) Phi(z))`` (a
+        log-sum-exp of ``log Phi``), not as the log of a probability: a
+        sample 40 standard deviations on the wrong side gets ``log Phi(-40)
+        = -804.6`` instead of ``log 0``.  With more than two classes, the
+        one-vs-rest terms are normalised in log space.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_classes)
+        """
+        check_is_fitted(self)
+        mean, var, dtype = self._fields(X)
+        z = self._standardised(mean, var)
+        if z.shape[1] == 1:
+            # 1 - kappa - (1 - 2 kappa) Phi(z) = kappa + (1 - 2 kappa) Phi(-z).
+            log_proba = np.column_stack(
+                [
+                    log_noisy_step(-z[:, 0], self.label_noise),
+                    log_noisy_step(z[:, 0], self.label_noise),
+                ]
+            )
+        else:
+            log_positive = log_noisy_step(z, self.label_noise)
+            with np.errstate(divide="ignore"):
+                total = logsumexp(log_positive, axis=1, keepdims=True)
+            uniform = np.full_like(log_positive, -np.log(z.shape[1]))
+            with np.errstate(invalid="ignore"):
+                log_proba = np.where(np.isfinite(total), log_positive - total, uniform)
+        return log_proba.astype(dtype, copy=False)
 
     def predict(self, X):
         """Bayes prediction: ``sign(<w> . x)``; one-vs-rest, the most probable.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
 
         Returns
         -------
         ndarray of shape (n_samples,)
         """
         check_is_fitted(self)
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        mean, var, _ = self._fields(X)
+        if mean.shape[1] == 1:
+            return self.classes_[(self._standardised(mean, var)[:, 0] > 0).astype(int)]
+        proba = positive_to_proba(self._positive(mean, var))
+        return self.classes_[np.argmax(proba, axis=1)]
+
+
+def _class_weights(class_weight, classes, y, sample_weight):
+    """Each sample's class weight; "balanced" counts the classes by weight.
+
+    ``"balanced"`` gives class ``k`` the weight ``sum(w) / (n_classes
+    sum_{y_i = k} w_i)`` with ``w`` the sample weights (scikit-learn's
+    LogisticRegression does the same), so that integer sample weights stay
+    equivalent to repeated samples; a dict maps labels to weights (others 1).
+    One-vs-rest problems use these weights of the original labels.
+    """
+    index = np.searchsorted(classes, y)
+    if class_weight == "balanced":
+        totals = np.bincount(index, weights=sample_weight, minlength=len(classes))
+        with np.errstate(divide="ignore"):
+            per_class = np.where(
+                totals > 0, np.sum(sample_weight) / (len(classes) * totals), 1.0
+            )
+        return per_class[index]
+    unknown = set(class_weight) - set(classes.tolist())
+    if unknown:
+        raise ValueError(
+            f"The given class_weight dict has labels {sorted(unknown, key=str)} "
+            f"that are not classes of y ({classes.tolist()})."
+        )
+    per_class = np.array([float(class_weight.get(c, 1.0)) for c in classes.tolist()])
+    return per_class[index]
+
+
+def _merge_duplicates(X, y_index, keep, weights):
+    """Identical samples (same inputs, same label) as one weighted site.
+
+    ``k`` copies of a sample are one site of weight ``k`` at EP's symmetric
+    fixed point (:func:`~sklearn_meanfield.tap._core.expectation_propagation`),
+    so merging them changes the fixed point not at all, and a repeated data
+    set is then fitted exactly as its weighted form (parallel EP on the
+    copies' strongly coupled sites needs more sweeps, and may stall where the
+    weighted form converges).
+
+    Returns None when the kept samples ``keep`` are distinct, else a dict:
+    ``rows`` (one representative per group, into X), ``site_weights`` (the
+    groups' total weights), ``kept`` (the samples of positive weight),
+    ``group`` (each kept sample's group) and ``share`` (its weight over its
+    group's).
+    """
+    if len(keep) < 2:
+        return None
+    if sparse.issparse(X):
+        rows = sparse.csr_array(X[keep])
+        rows.eliminate_zeros()
+        rows.sort_indices()
+        seen = {}
+        inverse = np.empty(len(keep), dtype=int)
+        for j in range(len(keep)):
+            part = slice(rows.indptr[j], rows.indptr[j + 1])
+            key = (
+                int(y_index[keep[j]]),
+                rows.indices[part].tobytes(),
+                (rows.data[part] + 0.0).tobytes(),  # -0.0 as 0.0
+            )
+            inverse[j] = seen.setdefault(key, len(seen))
+        n_groups = len(seen)
+    else:
+        table = np.column_stack([X[keep], y_index[keep]]) + 0.0
+        _, first, inverse = np.unique(
+            table, axis=0, return_index=True, return_inverse=True
+        )
+        inverse = inverse.ravel()
+        n_groups = len(first)
+        # Groups in order of their first sample.
+        order = np.argsort(first)
+        rank = np.empty(n_groups, dtype=int)
+        rank[order] = np.arange(n_groups)
+        inverse = rank[inverse]
+    if n_groups == len(keep):
+        return None
+    kept_weights = np.ones(len(keep)) if weights is None else weights[keep]
+    totals = np.bincount(inverse, weights=kept_weights, minlength=n_groups)
+    first = np.full(n_groups, len(keep))
+    np.minimum.at(first, inverse, np.arange(len(keep)))
+    return {
+        "rows": keep[first],
+        "site_weights": totals,
+        "kept": keep,
+        "group": inverse,
+        "share": kept_weights / totals[inverse],
+    }
+
+
+def _partial_cavity(solution, group, share):
+    """Cavity of each merged sample: its share of its group's site removed."""
+    var = solution.var[group]
+    cavity_tau = 1.0 / var - share * solution.tau[group]
+    cavity_nu = solution.mean[group] / var - share * solution.nu[group]
+    # A best iterate that did not converge may leave no proper cavity: the
+    # posterior marginal then stands in (as in the core's whole-site case).
+    valid = cavity_tau > 0
+    cavity_var = np.where(valid, 1.0 / np.where(valid, cavity_tau, 1.0), var)
+    cavity_mean = np.where(valid, cavity_nu * cavity_var, solution.mean[group])
+    return cavity_mean, cavity_var
