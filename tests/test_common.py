@@ -77,14 +77,6 @@ _BETHE_RBM_UNIT_INTERVAL = (
     "(passes on [0, 1] data in tests/test_bethe_rbm.py)"
 )
 EXPECTED_FAILED_CHECKS = {
-    "TAPGaussianProcessClassifier": {
-        "check_decision_proba_consistency": (
-            "API.md fixes decision_function as the posterior mean of the latent "
-            "field, while predict_proba integrates the likelihood over the "
-            "field's posterior variance, which differs from point to point, so "
-            "the two can rank samples differently."
-        ),
-    },
     "BetheRBM": {
         "check_dict_unchanged": _BETHE_RBM_UNIT_INTERVAL,
         "check_dont_overwrite_parameters": _BETHE_RBM_UNIT_INTERVAL,

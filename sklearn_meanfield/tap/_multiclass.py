@@ -1,4 +1,10 @@
-"""One-vs-rest plumbing shared by the TAP classifiers."""
+"""Multi-class plumbing shared by the TAP classifiers.
+
+One-vs-rest problems (both classifiers) and one-vs-one problems (the GP
+classifier): their binary targets, and how the binary problems'
+probabilities of their positive class are combined into class
+probabilities, decision values and labels.
+"""
 
 import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
@@ -6,7 +12,10 @@ from sklearn.utils.multiclass import check_classification_targets
 __all__ = [
     "encode_classes",
     "leave_one_out",
+    "one_vs_one_pairs",
+    "one_vs_one_votes",
     "one_vs_rest_targets",
+    "pairwise_coupling",
     "positive_to_proba",
 ]
 
@@ -158,3 +167,136 @@ def leave_one_out(likelihood, solutions, classes, y):
     loo_proba = positive_to_proba(positive)
     loo_labels = classes[np.argmax(loo_proba, axis=1)]
     return loo_proba, float(np.mean(loo_labels != y))
+
+
+def one_vs_one_pairs(n_classes):
+    """The class pairs ``(i, j)``, ``i < j``, of the one-vs-one problems.
+
+    Problem ``k`` separates class ``j`` (its positive class, target +1) from
+    class ``i`` (target -1), in the order of
+    :class:`sklearn.multiclass.OneVsOneClassifier`.
+
+    Parameters
+    ----------
+    n_classes : int
+
+    Returns
+    -------
+    list of tuple of int
+        ``n_classes * (n_classes - 1) / 2`` pairs.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield.tap._multiclass import one_vs_one_pairs
+    >>> one_vs_one_pairs(3)
+    [(0, 1), (0, 2), (1, 2)]
+    """
+    return [(i, j) for i in range(n_classes) for j in range(i + 1, n_classes)]
+
+
+def one_vs_one_votes(positive, n_classes):
+    """Decision values of one-vs-one problems: votes plus bounded confidences.
+
+    Each problem votes for the class it predicts (its positive class ``j``
+    when its probability is above 1/2, else ``i``); ties between vote counts
+    are broken by the summed confidences (the probabilities of the positive
+    classes, counted for ``j`` and against ``i``), squashed into
+    ``(-1/3, 1/3)`` so that they never outweigh a vote.  This is the rule of
+    :class:`sklearn.multiclass.OneVsOneClassifier` (and so of
+    scikit-learn's ``GaussianProcessClassifier(multi_class="one_vs_one")``)
+    with probabilities as the binary confidences.
+
+    Parameters
+    ----------
+    positive : ndarray of shape (n_samples, n_pairs)
+        Probability of each pair's positive class, pairs in the order of
+        :func:`one_vs_one_pairs`.
+    n_classes : int
+
+    Returns
+    -------
+    ndarray of shape (n_samples, n_classes)
+        The argmax of a row is the predicted class.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.tap._multiclass import one_vs_one_votes
+    >>> # 1 beats 0, 0 beats 2, 2 beats 1: one vote each, confidences decide.
+    >>> one_vs_one_votes(np.array([[0.9, 0.2, 0.6]]), 3).round(3)
+    array([[0.825, 1.077, 1.148]])
+    """
+    votes = np.zeros((positive.shape[0], n_classes))
+    confidence = np.zeros_like(votes)
+    for k, (i, j) in enumerate(one_vs_one_pairs(n_classes)):
+        wins = positive[:, k] > 0.5
+        votes[:, j] += wins
+        votes[:, i] += ~wins
+        confidence[:, j] += positive[:, k]
+        confidence[:, i] -= positive[:, k]
+    return votes + confidence / (3.0 * (np.abs(confidence) + 1.0))
+
+
+def pairwise_coupling(positive, n_classes):
+    """Class probabilities from one-vs-one probabilities (Wu, Lin and Weng).
+
+    With ``r_ji`` the probability of class ``j`` given that the class is
+    ``i`` or ``j``, the class probabilities ``p`` minimise
+    ``sum_i sum_{j != i} (r_ji p_i - r_ij p_j)^2`` subject to
+    ``sum_i p_i = 1`` (method 2 of [1]_, the one LIBSVM uses): a linear
+    system with the constraint's Lagrange multiplier, solved for all samples
+    at once.  Pairwise probabilities that are consistent with a distribution
+    ``p`` (``r_ij = p_i / (p_i + p_j)``) give back exactly ``p``.  The
+    probabilities are clipped to ``[1e-15, 1 - 1e-15]`` first, which keeps
+    the system non-singular when a pair's probability is 0 or 1 in floating
+    point.
+
+    Parameters
+    ----------
+    positive : ndarray of shape (n_samples, n_pairs)
+        Probability of each pair's positive class ``j``, pairs in the order
+        of :func:`one_vs_one_pairs`.
+    n_classes : int
+
+    Returns
+    -------
+    ndarray of shape (n_samples, n_classes)
+        Non-negative rows summing to one.
+
+    References
+    ----------
+    .. [1] T.-F. Wu, C.-J. Lin and R. C. Weng, "Probability estimates for
+       multi-class classification by pairwise coupling", Journal of Machine
+       Learning Research 5, 975-1005, 2004.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.tap._multiclass import pairwise_coupling
+    >>> p = np.array([0.5, 0.3, 0.2])
+    >>> consistent = np.array([[p[1] / (p[0] + p[1]), p[2] / (p[0] + p[2]),
+    ...                         p[2] / (p[1] + p[2])]])
+    >>> pairwise_coupling(consistent, 3).round(12)
+    array([[0.5, 0.3, 0.2]])
+    """
+    r = np.clip(positive, 1e-15, 1.0 - 1e-15)
+    n_samples = r.shape[0]
+    # R[:, a, b]: probability of class a against class b.
+    R = np.zeros((n_samples, n_classes, n_classes))
+    for k, (i, j) in enumerate(one_vs_one_pairs(n_classes)):
+        R[:, j, i] = r[:, k]
+        R[:, i, j] = 1.0 - r[:, k]
+    # Q_aa = sum_{b != a} r_ba^2, Q_ab = -r_ba r_ab; bordered by the constraint.
+    system = np.zeros((n_samples, n_classes + 1, n_classes + 1))
+    Q = system[:, :n_classes, :n_classes]
+    Q[...] = -np.transpose(R, (0, 2, 1)) * R
+    diagonal = np.einsum("sba,sba->sa", R, R)
+    Q[:, np.arange(n_classes), np.arange(n_classes)] = diagonal
+    system[:, :n_classes, n_classes] = 1.0
+    system[:, n_classes, :n_classes] = 1.0
+    rhs = np.zeros((n_samples, n_classes + 1, 1))
+    rhs[:, n_classes] = 1.0
+    p = np.linalg.solve(system, rhs)[:, :n_classes, 0]
+    # The exact solution is non-negative; clip rounding and renormalise.
+    p = np.maximum(p, 0.0)
+    return p / p.sum(axis=1, keepdims=True)

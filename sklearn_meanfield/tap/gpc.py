@@ -10,17 +10,23 @@ from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, CompoundKernel, Kernel
 from sklearn.gaussian_process.kernels import ConstantKernel as C
-from sklearn.utils import check_random_state
+from sklearn.utils import _safe_indexing, check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.class_weight import compute_sample_weight
+from sklearn.utils.validation import (
+    _check_sample_weight,
+    _num_samples,
+    check_is_fitted,
+    validate_data,
+)
 
 from .._base import atomic_fit
 from .._parallel import (
     N_JOBS_CONSTRAINT,
+    blas_threads_for_matrix,
     draw_seeds,
     run_parallel,
     select_best,
-    single_blas_thread_if_small,
 )
 from .._progress import (
     CallbackSupportMixin,
@@ -32,14 +38,19 @@ from ._core import (
     KernelPosterior,
     PriorVariance,
     ep_evidence_gradient,
+    ep_label_noise_gradient,
     expectation_propagation,
     mean_field_iteration,
+    positive_site_weights,
+    weighted_error_rate,
 )
 from ._likelihoods import make_likelihood
 from ._multiclass import (
     encode_classes,
-    leave_one_out,
+    one_vs_one_pairs,
+    one_vs_one_votes,
     one_vs_rest_targets,
+    pairwise_coupling,
     positive_to_proba,
 )
 
@@ -91,15 +102,44 @@ def check_kernel_memory(n_samples, n_hyperparameters=0, fraction=0.8):
         )
 
 
-def _solve(K, t, config, warm=None, tol=None, reporter=None):
-    """Run the configured mean-field equations on a kernel matrix.
+class _StopRequested(Exception):
+    """A scikit-learn callback asked the fit to stop (raised at a step)."""
+
+
+class _StopWatch:
+    """EP's ``reporter``: a callback step per sweep, raising on a stop request.
+
+    The wrapped reporter (``ProgressReporter.steps_at``) returns True when a
+    callback asks to stop.  The solvers do not look at that value, so the
+    request is raised here, with the number of sweeps done, and the solve is
+    replayed with that many sweeps (the solvers are deterministic: the same
+    iterate, whose best is kept).
+    """
+
+    def __init__(self, reporter):
+        self.reporter = reporter
+        self.sweeps = 0
+
+    def __call__(self, level, message, *args):
+        stop = self.reporter(level, message, *args)
+        if level == 2:  # the solvers report each sweep once, at level 2
+            self.sweeps += 1
+            if stop:
+                raise _StopRequested(self.sweeps)
+        return stop
+
+
+def _solve(K, t, config, warm=None, tol=None, reporter=None, weights=None):
+    """Run EP (adaptive TAP) on a kernel matrix.
 
     ``reporter`` receives one line per sweep at ``verbose >= 2``; it is given
     for the final solve only, not for each evidence evaluation of the optimiser.
+    ``weights`` are the site weights (None: all one).
     """
     posterior = KernelPosterior(K)
     likelihood = make_likelihood(config["likelihood"], config["label_noise"])
     warm = warm or {}
+    extra = {} if weights is None else {"site_weights": weights}
     return expectation_propagation(
         posterior,
         t,
@@ -111,7 +151,40 @@ def _solve(K, t, config, warm=None, tol=None, reporter=None):
         tol=config["tol"] if tol is None else tol,
         damping=config["damping"],
         reporter=reporter,
+        **extra,
     )
+
+
+def _naive_solve(K, t, config, reporter=None, weights=None):
+    """Naive mean field (the cavity variance is the prior variance)."""
+    likelihood = make_likelihood(config["likelihood"], config["label_noise"])
+    extra = {} if weights is None else {"site_weights": weights}
+    return mean_field_iteration(
+        KernelPosterior(K),
+        t,
+        likelihood,
+        PriorVariance(np.diag(K).copy()),
+        max_iter=config["max_iter"],
+        tol=config["tol"],
+        damping=min(config["damping"], 0.2),
+        reporter=reporter,
+        **extra,
+    )
+
+
+def _until_stopped(solver, reporter, *args, **kwargs):
+    """``solver(*args, reporter=..., **kwargs)``, stopped by a callback request.
+
+    Returns the solution and whether a callback asked to stop; a stopped
+    solve is replayed for the sweeps it made (without the reporter), which
+    yields the iterate the solver had then, the best so far.
+    """
+    watch = _StopWatch(reporter)
+    try:
+        return solver(*args, reporter=watch, **kwargs), False
+    except _StopRequested as stop:
+        config = {**args[2], "max_iter": stop.args[0]}
+        return solver(*args[:2], config, *args[3:], **kwargs), True
 
 
 # ``label_noise="auto"``: the label noise is searched on a log scale within
@@ -145,7 +218,7 @@ def _at(theta, kernel, config):
 
 
 def _log_evidence(
-    theta, X, t, kernel, config, warm=None, eval_gradient=False, tol=None
+    theta, X, t, kernel, config, warm=None, eval_gradient=False, tol=None, weights=None
 ):
     """TAP (EP) log evidence at a point ``theta`` of the search space.
 
@@ -157,7 +230,7 @@ def _log_evidence(
         K, K_gradient = kernel(X, eval_gradient=True)
     else:
         K = kernel(X)
-    solution = _solve(K, t, config, warm, tol)
+    solution = _solve(K, t, config, warm, tol, weights=weights)
     if warm is not None:
         warm.update(tau=solution.tau, nu=solution.nu)
     if not eval_gradient:
@@ -165,11 +238,9 @@ def _log_evidence(
     gradient = ep_evidence_gradient(solution, K_gradient)
     if len(theta) > kernel.n_dims:
         # The evidence is stationary in the sites: only log Z moves with the
-        # label noise.  d/dlog(kappa) = kappa d/dkappa.
+        # label noise (weights included).  d/dlog(kappa) = kappa d/dkappa.
         likelihood = make_likelihood(config["likelihood"], config["label_noise"])
-        d_kappa = likelihood.label_noise_gradient(
-            t, solution.cavity_mean, solution.cavity_var
-        ).sum()
+        d_kappa = ep_label_noise_gradient(solution, t, likelihood)
         gradient = np.append(gradient, config["label_noise"] * d_kappa)
     return solution.log_evidence, gradient
 
@@ -215,65 +286,109 @@ def _extrapolate_sites(history, theta):
     }
 
 
-def _optimize_from(initial_theta, X, t, kernel, config, task=None):
+def _optimize_from(initial_theta, X, t, kernel, config, task=None, weights=None):
     """One optimiser run from ``initial_theta``; EP warm-starts along the path.
 
-    Returns the optimum, its negative log evidence and the sites of the best
-    evaluation (a warm start for the final solve).  ``task`` (a
-    :class:`~sklearn_meanfield._progress.CallbackTask`) gets a step per
-    evidence evaluation.
+    Returns the optimum, its negative log evidence, the sites of the best
+    evaluation (a warm start for the final solve) and whether a callback
+    asked to stop (then the best point evaluated so far is returned).
+    ``task`` (a :class:`~sklearn_meanfield._progress.CallbackTask`) gets a
+    step per evidence evaluation.
     """
     task = CallbackTask() if task is None else task
     task.begin()
     try:
-        return _run_optimizer(initial_theta, X, t, kernel, config, task)
+        return _run_optimizer(initial_theta, X, t, kernel, config, task, weights)
     finally:
         task.end()
 
 
-def _run_optimizer(initial_theta, X, t, kernel, config, task):
+def _run_optimizer(initial_theta, X, t, kernel, config, task, weights):
     history = []  # (theta, tau, nu) of the last two evaluations
-    state = {"tol": _LOOSEST_TOL, "best": np.inf, "sites": {}}
+    state = {
+        "tol": _LOOSEST_TOL,
+        "best": np.inf,
+        "theta": np.asarray(initial_theta, dtype=float),
+        "sites": {},
+    }
 
     def objective(theta, eval_gradient=True):
         tol = max(config["tol"], state["tol"])
         warm = _extrapolate_sites(history, theta)
         if eval_gradient:
             value, gradient = _log_evidence(
-                theta, X, t, kernel, config, warm, eval_gradient=True, tol=tol
+                theta,
+                X,
+                t,
+                kernel,
+                config,
+                warm,
+                eval_gradient=True,
+                tol=tol,
+                weights=weights,
             )
             scale = np.max(np.abs(gradient)) if np.all(np.isfinite(gradient)) else 1
             state["tol"] = min(_GRADIENT_RELATIVE_TOL * scale, _LOOSEST_TOL)
         else:
-            value = _log_evidence(theta, X, t, kernel, config, warm, tol=tol)
+            value = _log_evidence(
+                theta, X, t, kernel, config, warm, tol=tol, weights=weights
+            )
         history[:] = history[-1:] + [(np.array(theta), warm["tau"], warm["nu"])]
         if -value < state["best"]:
             state["best"] = -value
+            state["theta"] = np.array(theta, dtype=float)
             state["sites"] = {"tau": warm["tau"], "nu": warm["nu"]}
-        task.step("evaluation")
+        if task.step("evaluation"):
+            raise _StopRequested
         if eval_gradient:
             return -value, -gradient
         return -value
 
     _, bounds = _search_space(kernel, config)
     optimizer = config["optimizer"]
-    if optimizer == "fmin_l_bfgs_b":
-        result = minimize(
-            objective, initial_theta, method="L-BFGS-B", jac=True, bounds=bounds
+    try:
+        if optimizer == "fmin_l_bfgs_b":
+            result = minimize(
+                objective, initial_theta, method="L-BFGS-B", jac=True, bounds=bounds
+            )
+            if not result.success:
+                warnings.warn(
+                    "L-BFGS-B stopped before convergence while maximising the "
+                    f"TAP evidence ({result.message}); the best point found is "
+                    "used.",
+                    ConvergenceWarning,
+                )
+            theta, value = result.x, float(result.fun)
+        else:
+            theta, value = optimizer(objective, initial_theta, bounds=bounds)
+            theta = np.asarray(theta, dtype=float)
+    except _StopRequested:
+        return state["theta"], float(state["best"]), state["sites"], True
+    return theta, float(value), state["sites"], False
+
+
+def _warn_at_bounds(kernel, config):
+    """ConvergenceWarning for optimised hyperparameters that end on a bound.
+
+    The kernel's own check (as scikit-learn's GP estimators make it), and the
+    same for a learned label noise.
+    """
+    kernel._check_bounds_params()
+    if _learns_label_noise(config):
+        low, high = np.isclose(
+            np.log(config["label_noise"]), np.log(LABEL_NOISE_BOUNDS)
         )
-        if not result.success:
+        if low or high:
             warnings.warn(
-                "L-BFGS-B stopped before convergence while maximising the TAP "
-                f"evidence ({result.message}); the best point found is used.",
+                f"The learned label noise {config['label_noise']:.3g} is at the "
+                f"{'lower' if low else 'upper'} end of LABEL_NOISE_BOUNDS "
+                f"{LABEL_NOISE_BOUNDS}.",
                 ConvergenceWarning,
             )
-        return result.x, float(result.fun), state["sites"]
-    theta, value = optimizer(objective, initial_theta, bounds=bounds)
-    return np.asarray(theta, dtype=float), float(value), state["sites"]
 
 
-def _fit_binary(X, t, kernel, config, seed, n_jobs, task=None):
-    """Fit one binary problem, on one BLAS thread when the kernel is small.
+def _fit_binary(X, t, kernel, config, seed, n_jobs, task=None, weights=None):
+    """Fit one binary problem, on the BLAS threads its matrices are worth.
 
     ``task`` (a :class:`~sklearn_meanfield._progress.CallbackTask`) is the
     problem's callback task: its subtasks are the optimiser runs (a step per
@@ -283,20 +398,23 @@ def _fit_binary(X, t, kernel, config, seed, n_jobs, task=None):
         config["verbose"], "TAPGaussianProcessClassifier", task=task
     )
     reporter.task.begin()
-    with single_blas_thread_if_small(len(X)):
+    with blas_threads_for_matrix(_num_samples(X)):
         problem = _fit_binary_on_current_threads(
-            X, t, kernel, config, seed, n_jobs, reporter
+            X, t, kernel, config, seed, n_jobs, reporter, weights
         )
     reporter.task.end()
     return problem
 
 
-def _fit_binary_on_current_threads(X, t, kernel, config, seed, n_jobs, reporter):
+def _fit_binary_on_current_threads(
+    X, t, kernel, config, seed, n_jobs, reporter, weights
+):
     """Fit one binary problem: hyperparameters, then the mean-field solution.
 
     A pure function of its arguments (and ``seed``), so one-vs-rest problems
     and restarts can run on any joblib backend with identical results.
     """
+    stopped = False
     if config["optimizer"] is not None and (
         kernel.n_dims > 0 or _learns_label_noise(config)
     ):
@@ -314,12 +432,13 @@ def _fit_binary_on_current_threads(X, t, kernel, config, seed, n_jobs, reporter)
         runs = run_parallel(
             _optimize_from,
             [
-                (theta0, X, t, kernel, config, run_task)
+                (theta0, X, t, kernel, config, run_task, weights)
                 for theta0, run_task in zip(starts, run_tasks)
             ],
             n_jobs=n_jobs,
         )
-        index, (theta, value, sites) = select_best(runs, key=lambda run: -run[1])
+        index, (theta, value, sites, _) = select_best(runs, key=lambda run: -run[1])
+        stopped = any(run[3] for run in runs)
         reporter(
             1,
             "best of %d optimiser run(s): log evidence %.4f (run %d)",
@@ -328,6 +447,8 @@ def _fit_binary_on_current_threads(X, t, kernel, config, seed, n_jobs, reporter)
             index,
         )
         kernel, config = _at(theta, kernel, config)
+        if not stopped:
+            _warn_at_bounds(kernel, config)
     else:
         kernel = kernel.clone_with_theta(kernel.theta)
         sites = None
@@ -340,23 +461,25 @@ def _fit_binary_on_current_threads(X, t, kernel, config, seed, n_jobs, reporter)
     )
     solve.task.begin()
     sweeps = solve.steps_at(2, "sweep")
-    ep = _solve(K, t, config, sites, reporter=sweeps)
+    # Stopped during the search: the best evaluation's sites as they are
+    # (one sweep returns the warm start's solution, not a step beyond it).
+    final = {**config, "max_iter": 1} if stopped else config
+    ep, stop = _until_stopped(_solve, sweeps, K, t, final, sites, weights=weights)
+    stopped |= stop
+    solution = ep
     if config["method"] == "naive":
-        likelihood = make_likelihood(config["likelihood"], config["label_noise"])
-        solution = mean_field_iteration(
-            KernelPosterior(K),
-            t,
-            likelihood,
-            PriorVariance(np.diag(K).copy()),
-            max_iter=config["max_iter"],
-            tol=config["tol"],
-            damping=min(config["damping"], 0.2),
-            reporter=sweeps,
+        solution, stop = _until_stopped(
+            _naive_solve, sweeps, K, t, final, weights=weights
         )
-    else:
-        solution = ep
+        stopped |= stop
     solve.task.end()
-    if not solution.converged:
+    if stopped:
+        warnings.warn(
+            "A callback asked the fit to stop; the best hyperparameters and "
+            "mean-field iterate found so far are kept.",
+            ConvergenceWarning,
+        )
+    elif not solution.converged:
         warnings.warn(
             f"The {config['method']} mean-field equations did not converge in "
             f"{solution.n_iter} sweeps; the best iterate is kept. Increase "
@@ -370,7 +493,13 @@ def _fit_binary_on_current_threads(X, t, kernel, config, seed, n_jobs, reporter)
         "label_noise": config["label_noise"],
         "solution": solution,
         "log_evidence": ep.log_evidence,
+        "stopped": stopped,
     }
+
+
+def _take(X, rows):
+    """Rows ``rows`` of ``X`` (all of them for None)."""
+    return X if rows is None else _safe_indexing(X, rows)
 
 
 class TAPGaussianProcessClassifier(
@@ -390,13 +519,21 @@ class TAPGaussianProcessClassifier(
     solution are leave-one-out predictive distributions, so ``loo_error_`` and
     ``loo_proba_`` come with every fit, without refitting.
 
-    More than two classes are handled one-vs-rest, the binary problems fitted
-    in parallel, probabilities normalised to sum to one.
+    The parameters, attributes and methods of scikit-learn's
+    ``GaussianProcessClassifier`` are all here with the same meaning
+    (``multi_class``, ``copy_X_train``, ``latent_mean_and_variance``,
+    ``log_marginal_likelihood(theta, eval_gradient, clone_kernel)``), except
+    ``max_iter_predict`` and ``warm_start`` (the Laplace approximation's
+    Newton iterations; here ``max_iter`` and the optimiser's own warm starts).
+    More than two classes are handled one-vs-rest (default) or one-vs-one,
+    the binary problems fitted in parallel.
 
     Parameters
     ----------
     kernel : kernel instance, default=None
-        Any :mod:`sklearn.gaussian_process.kernels` kernel; None means
+        Any :mod:`sklearn.gaussian_process.kernels` kernel except a
+        :class:`~sklearn.gaussian_process.kernels.CompoundKernel` (the
+        multi-class problems get a copy each); None means
         ``ConstantKernel(1.0) * RBF(1.0)``.  Its hyperparameters are optimised
         unless ``optimizer=None``.
     likelihood : {"probit", "step", "logistic"}, default="probit"
@@ -430,7 +567,9 @@ class TAPGaussianProcessClassifier(
         Maximises the TAP log evidence over the kernel's log-hyperparameters.
         A callable has scikit-learn's signature ``optimizer(obj_func,
         initial_theta, bounds) -> (theta_opt, func_min)``.  None keeps the
-        kernel fixed.
+        kernel fixed.  A hyperparameter that ends on its bound gives a
+        ``ConvergenceWarning`` (as scikit-learn's GP estimators do), and so
+        does a learned label noise at either end of ``LABEL_NOISE_BOUNDS``.
     n_restarts_optimizer : int, default=0
         Extra optimiser runs from log-uniform draws within the kernel bounds,
         run in parallel with ``n_jobs``; the largest evidence wins.
@@ -442,8 +581,31 @@ class TAPGaussianProcessClassifier(
     damping : float in (0, 1], default=0.8
         Initial fraction of each parallel site update that is taken; reduced
         automatically when the updates oscillate.
+    multi_class : {"one_vs_rest", "one_vs_one"}, default="one_vs_rest"
+        How more than two classes are handled.  ``"one_vs_rest"``: one binary
+        problem per class against the others; ``predict_proba`` normalises
+        their probabilities to sum to one.  ``"one_vs_one"``: one binary
+        problem per pair of classes, fitted on the samples of those two
+        classes; ``predict`` and ``decision_function`` combine the pairwise
+        probabilities by votes, ties broken by the summed probabilities (the
+        rule of :class:`sklearn.multiclass.OneVsOneClassifier`, hence of
+        scikit-learn's GP classifier), and ``predict_proba`` couples them
+        into class probabilities (Wu, Lin and Weng's method, as LIBSVM
+        does), where scikit-learn's GP classifier refuses.  As with
+        :class:`sklearn.svm.SVC`, the voted class and the most probable
+        class can then differ on a few ambiguous points.
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplying ``sample_weight`` (see
+        :meth:`fit`): ``{label: weight}``, or ``"balanced"`` for
+        ``n_samples / (n_classes * count(label))``, computed on the original
+        labels (a one-vs-rest or one-vs-one problem weighs each sample by its
+        own class's weight).
+    copy_X_train : bool, default=True
+        Store a copy of the training inputs in ``X_train_``.  False stores a
+        reference when the validated input is the caller's array, so that
+        changing that array later changes the model's predictions.
     n_jobs : int, default=None
-        Workers for one-vs-rest problems (or, for two classes, restarts).
+        Workers for the multi-class problems (or, for two classes, restarts).
         None defers to :func:`joblib.parallel_config`.
     random_state : int, RandomState instance or None, default=None
         Draws the restarts' starting points.  The same value gives the same
@@ -452,31 +614,42 @@ class TAPGaussianProcessClassifier(
         1 reports optimiser results, 2 every mean-field sweep.  With
         scikit-learn >= 1.9, ``set_callbacks`` (e.g.
         ``sklearn.callback.ProgressBar()``) also follows the fit: one subtask
-        per one-vs-rest problem (one with two classes), run in its worker,
-        holding one subtask per optimiser run (a step per evidence
-        evaluation) and a "solve" subtask whose steps are the sweeps.  A
-        callback's request to stop is ignored: an evidence optimum or a
-        mean-field solution stopped halfway is not a usable model.
+        per binary problem, run in its worker, holding one subtask per
+        optimiser run (a step per evidence evaluation) and a "solve" subtask
+        whose steps are the sweeps.  A callback's request to stop (at the end
+        of any of these steps) is honoured: the search ends at the best point
+        evaluated so far, whose sites are kept as they are, and a mean-field
+        solve stops at its best iterate so far; a ``ConvergenceWarning`` says
+        so, and the model is usable.
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
-    label_noise_ : float or ndarray of shape (n_classes,)
+    n_classes_ : int
+        Number of classes.
+    label_noise_ : float or ndarray of shape (n_problems,)
         The label noise of the fitted model: ``label_noise``, or the learned
-        value(s) with ``"auto"`` (one per one-vs-rest problem for more than
-        two classes).
+        value(s) with ``"auto"`` (one per binary problem for more than two
+        classes).
     kernel_ : kernel instance
-        The fitted kernel (a :class:`CompoundKernel` of the one-vs-rest
-        kernels for more than two classes).
-    log_marginal_likelihood_value_ : float
-        TAP log evidence of the fitted kernel (mean over one-vs-rest problems).
+        The fitted kernel; for more than two classes a
+        :class:`~sklearn.gaussian_process.kernels.CompoundKernel` of the
+        binary problems' kernels (one per class, or one per pair of classes
+        in the order of :class:`~sklearn.multiclass.OneVsOneClassifier`).
+    log_marginal_likelihood_value_ : numpy.float64
+        TAP log evidence of the fitted kernel (mean over the binary problems).
     loo_error_ : float
-        Leave-one-out misclassification rate, from the cavity distributions.
+        Leave-one-out misclassification rate of ``predict``'s rule, from the
+        cavity distributions, weighted by the sample weights when given.
     loo_proba_ : ndarray of shape (n_samples, n_classes)
-        Leave-one-out predictive probabilities.
+        Leave-one-out predictive probabilities (as ``predict_proba`` of the
+        model fitted without the sample); for a sample of zero weight, the
+        model's own predictive probabilities.
     n_iter_ : int
-        Mean-field sweeps of the final solve (largest over one-vs-rest
+        Mean-field sweeps of the final solve (largest over the binary
         problems).
+    X_train_ : ndarray or list of object
+        The training inputs (a copy unless ``copy_X_train=False``).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
 
@@ -491,6 +664,13 @@ class TAPGaussianProcessClassifier(
     factorisation and a triangular solve) and stores a few ``n x n`` arrays;
     problems that would not fit in memory are refused before any work.
 
+    ``decision_function`` is not the latent field's posterior mean (which
+    :meth:`latent_mean_and_variance` gives) but the log-odds of
+    ``predict_proba``: ranking by the mean ignores the field's posterior
+    variance, which differs from point to point, so scorers that prefer
+    ``decision_function`` (``"roc_auc"``, ``"average_precision"``) would
+    score another ranking than the model's probabilities.
+
     References
     ----------
     .. [1] M. Opper and O. Winther, "Mean field methods for classification
@@ -500,6 +680,11 @@ class TAPGaussianProcessClassifier(
        mean-field algorithms", Neural Computation 12, 2000.
     .. [3] C. E. Rasmussen and C. K. I. Williams, "Gaussian Processes for
        Machine Learning", MIT Press, 2006, section 3.6.
+    .. [4] T. Minka, "Power EP", Microsoft Research technical report
+       MSR-TR-2004-149, 2004.
+    .. [5] T.-F. Wu, C.-J. Lin and R. C. Weng, "Probability estimates for
+       multi-class classification by pairwise coupling", Journal of Machine
+       Learning Research 5, 2004.
 
     Examples
     --------
@@ -525,6 +710,9 @@ class TAPGaussianProcessClassifier(
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="neither")],
         "damping": [Interval(Real, 0, 1, closed="right")],
+        "multi_class": [StrOptions({"one_vs_rest", "one_vs_one"})],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
+        "copy_X_train": ["boolean"],
         "n_jobs": N_JOBS_CONSTRAINT,
         "random_state": ["random_state"],
         "verbose": ["verbose"],
@@ -542,6 +730,9 @@ class TAPGaussianProcessClassifier(
         max_iter=200,
         tol=1e-5,
         damping=0.8,
+        multi_class="one_vs_rest",
+        class_weight=None,
+        copy_X_train=True,
         n_jobs=None,
         random_state=None,
         verbose=0,
@@ -555,6 +746,9 @@ class TAPGaussianProcessClassifier(
         self.max_iter = max_iter
         self.tol = tol
         self.damping = damping
+        self.multi_class = multi_class
+        self.class_weight = class_weight
+        self.copy_X_train = copy_X_train
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.verbose = verbose
@@ -577,16 +771,52 @@ class TAPGaussianProcessClassifier(
             return C(1.0) * RBF(1.0)
         return self.kernel
 
+    def _requires_vector_input(self):
+        try:
+            return bool(self._base_kernel().requires_vector_input)
+        except (TypeError, AttributeError):  # e.g. an empty CompoundKernel
+            return True
+
     def _validation_kwargs(self):
-        vector = self._base_kernel().requires_vector_input
+        vector = self._requires_vector_input()
         return dict(ensure_2d=vector, dtype="numeric" if vector else None)
 
     def _validate_X(self, X):
         return validate_data(self, X, reset=False, **self._validation_kwargs())
 
+    def _problem_specs(self, y_index, sample_weight):
+        """Rows, +-1 targets and site weights of each binary problem.
+
+        Rows of zero weight are left out (a zero weight is a missing sample);
+        the weights are None when every kept row weighs one.
+        """
+        n_classes = len(self.classes_)
+        n = len(y_index)
+        if n_classes == 2 or self.multi_class == "one_vs_rest":
+            specs = [(None, t) for t in one_vs_rest_targets(y_index, n_classes)]
+        else:
+            specs = []
+            for i, j in one_vs_one_pairs(n_classes):
+                rows = np.flatnonzero((y_index == i) | (y_index == j))
+                specs.append((rows, np.where(y_index[rows] == j, 1.0, -1.0)))
+        keep, _ = positive_site_weights(sample_weight, n)
+        problems = []
+        for rows, t in specs:
+            rows_all = np.arange(n) if rows is None else rows
+            kept = np.isin(rows_all, keep)
+            rows_kept = rows_all[kept]
+            if rows is None and kept.all():
+                rows_kept = None
+            weights = None
+            if sample_weight is not None:
+                w = sample_weight[rows_all[kept]]
+                weights = None if np.all(w == 1.0) else w
+            problems.append({"rows": rows_kept, "t": t[kept], "weights": weights})
+        return problems
+
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fit the TAP mean-field Gaussian-process classifier.
 
         Parameters
@@ -595,6 +825,15 @@ class TAPGaussianProcessClassifier(
             Training inputs.
         y : array-like of shape (n_samples,)
             Target labels.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights, with scikit-learn's meaning: an integer
+            weight is the sample repeated that many times, zero a sample
+            left out.  A weighted sample's site stands for its likelihood
+            raised to the weight (power EP: its cavity removes one copy of
+            the site, its tilted distribution holds the likelihood once), so
+            integer weights give the fixed point, evidence and predictions of
+            the repeated data; zero-weight samples are dropped before EP.
+            Multiplied by the ``class_weight`` of each sample's class.
 
         Returns
         -------
@@ -604,12 +843,19 @@ class TAPGaussianProcessClassifier(
         Raises
         ------
         ValueError
-            If ``y`` holds a single class (there is nothing to classify), or
+            If ``kernel`` is a ``CompoundKernel``, if ``y`` holds a single
+            class (there is nothing to classify), if every weight is zero, or
             if ``X`` or ``y`` is invalid (NaN, infinity, wrong shape).
         MemoryError
             Before any work, if the n x n kernel matrices would not fit in
             memory; the message gives the size.
         """
+        if isinstance(self.kernel, CompoundKernel):
+            raise ValueError(
+                "kernel cannot be a CompoundKernel: multi-class problems get a "
+                "copy of the kernel each, and the fitted kernel_ is a "
+                "CompoundKernel of them."
+            )
         if self.label_noise == "auto" and self.optimizer is None:
             raise ValueError(
                 "label_noise='auto' learns the label noise with the optimizer; "
@@ -617,58 +863,68 @@ class TAPGaussianProcessClassifier(
             )
         X, y = validate_data(self, X, y, **self._validation_kwargs())
         self.classes_, y_index = encode_classes(y, type(self).__name__)
-        n_classes = len(self.classes_)
+        self.n_classes_ = len(self.classes_)
+        sample_weight = self._sample_weight(X, y, sample_weight)
         kernel = self._base_kernel()
-        check_kernel_memory(X.shape[0], kernel.n_dims)
+        check_kernel_memory(_num_samples(X), kernel.n_dims)
         rng = check_random_state(self.random_state)
         config = self._config()
 
-        targets = one_vs_rest_targets(y_index, n_classes)
-        seeds = draw_seeds(rng, len(targets))
+        self.X_train_ = np.copy(X) if self.copy_X_train else X
+        problems = self._problem_specs(y_index, sample_weight)
+        seeds = draw_seeds(rng, len(problems))
         with fit_progress(
-            self, self.verbose, max_steps=len(targets), X=X, y=y
+            self, self.verbose, max_steps=len(problems), X=X, y=y
         ) as reporter:
-            tasks = reporter.task.subtasks(len(targets), "problem", max_steps=None)
-            if len(targets) == 1:
-                problems = [
-                    _fit_binary(
-                        X,
-                        targets[0],
-                        kernel,
-                        config,
-                        int(seeds[0]),
-                        self.n_jobs,
-                        tasks[0],
-                    )
-                ]
-            else:
-                problems = run_parallel(
-                    _fit_binary,
-                    [
-                        (X, t, kernel, config, int(seed), 1, task)
-                        for t, seed, task in zip(targets, seeds, tasks)
-                    ],
-                    n_jobs=self.n_jobs,
+            tasks = reporter.task.subtasks(len(problems), "problem", max_steps=None)
+            calls = [
+                (
+                    _take(self.X_train_, p["rows"]),
+                    p["t"],
+                    kernel,
+                    config,
+                    int(seed),
+                    self.n_jobs if len(problems) == 1 else 1,
+                    task,
+                    p["weights"],
                 )
-        self.X_train_ = X
+                for p, seed, task in zip(problems, seeds, tasks)
+            ]
+            if len(problems) == 1:
+                fitted = [_fit_binary(*calls[0])]
+            else:
+                fitted = run_parallel(_fit_binary, calls, n_jobs=self.n_jobs)
+        for problem, result in zip(problems, fitted):
+            problem.update(result)
         self._problems = problems
-        self._targets = targets
-        kernels = [p["kernel"] for p in problems]
+        kernels = [p["kernel"].clone_with_theta(p["kernel"].theta) for p in problems]
         self.kernel_ = kernels[0] if len(kernels) == 1 else CompoundKernel(kernels)
-        self.log_marginal_likelihood_value_ = float(
-            np.mean([p["log_evidence"] for p in problems])
+        self.log_marginal_likelihood_value_ = np.mean(
+            [p["log_evidence"] for p in problems]
         )
         self.n_iter_ = int(max(p["solution"].n_iter for p in problems))
         noise = np.array([p["label_noise"] for p in problems], dtype=float)
         self.label_noise_ = float(noise[0]) if len(noise) == 1 else noise
 
-        self.loo_proba_, self.loo_error_ = leave_one_out(
-            self._likelihoods(),
-            [p["solution"] for p in problems],
-            self.classes_,
-            y,
+        positive = self._loo_positive(_num_samples(X))
+        self.loo_proba_ = self._proba(positive)
+        self.loo_error_ = weighted_error_rate(
+            y, self.classes_[self._decide(positive)], sample_weight
         )
         return self
+
+    def _sample_weight(self, X, y, sample_weight):
+        """The validated sample weights times the class weights (or None)."""
+        if sample_weight is None and self.class_weight is None:
+            return None
+        sample_weight = _check_sample_weight(
+            sample_weight, X, dtype=np.float64, ensure_non_negative=True
+        )
+        if self.class_weight is not None:
+            sample_weight = sample_weight * compute_sample_weight(self.class_weight, y)
+        if not np.any(sample_weight > 0):
+            raise ValueError("Every sample weight is zero: there is nothing to fit.")
+        return sample_weight
 
     def _likelihoods(self):
         """The fitted likelihood of each binary problem."""
@@ -677,20 +933,86 @@ class TAPGaussianProcessClassifier(
             for problem in self._problems
         ]
 
-    def _latent(self, X):
-        """Predictive mean and variance of each problem's field at ``X``."""
-        means, variances = [], []
-        for problem in self._problems:
-            kernel, solution = problem["kernel"], problem["solution"]
-            K_cross = kernel(self.X_train_, X)
-            mean = K_cross.T @ solution.alpha
-            var = kernel.diag(X) - solution.posterior.variance_reduction(K_cross)
-            means.append(mean)
-            variances.append(np.maximum(var, 0.0))
-        return np.column_stack(means), np.column_stack(variances)
+    def _problem_latent(self, problem, X):
+        """Predictive mean and variance of one problem's field at ``X``."""
+        kernel, solution = problem["kernel"], problem["solution"]
+        K_cross = kernel(_take(self.X_train_, problem["rows"]), X)
+        mean = K_cross.T @ solution.alpha
+        var = kernel.diag(X) - solution.posterior.variance_reduction(K_cross)
+        return mean, np.maximum(var, 0.0)
+
+    def _positive(self, X):
+        """Each problem's predictive probability of its positive class."""
+        columns = []
+        for problem, likelihood in zip(self._problems, self._likelihoods()):
+            mean, var = self._problem_latent(problem, X)
+            columns.append(likelihood.predictive_positive(mean, var))
+        return np.column_stack(columns)
+
+    def _loo_positive(self, n_samples):
+        """Leave-one-out probability of each problem's positive class.
+
+        A sample a problem was fitted on gets its cavity's prediction (the
+        problem refitted without it); any other sample (of another pair of
+        classes, or of zero weight) the problem's plain prediction, since
+        leaving it out changes nothing.
+        """
+        columns = []
+        for problem, likelihood in zip(self._problems, self._likelihoods()):
+            solution = problem["solution"]
+            column = np.empty(n_samples)
+            rows = problem["rows"]
+            rows = np.arange(n_samples) if rows is None else rows
+            column[rows] = likelihood.predictive_positive(
+                solution.cavity_mean, solution.cavity_var
+            )
+            others = np.setdiff1d(np.arange(n_samples), rows)
+            if others.size:
+                mean, var = self._problem_latent(
+                    problem, _safe_indexing(self.X_train_, others)
+                )
+                column[others] = likelihood.predictive_positive(mean, var)
+            columns.append(column)
+        return np.column_stack(columns)
+
+    def _one_vs_one(self):
+        return self.n_classes_ > 2 and self.multi_class == "one_vs_one"
+
+    def _proba(self, positive):
+        if self._one_vs_one():
+            return pairwise_coupling(positive, self.n_classes_)
+        return positive_to_proba(positive)
+
+    def _decision(self, positive):
+        if self._one_vs_one():
+            return one_vs_one_votes(positive, self.n_classes_)
+        log_proba = np.log(np.maximum(self._proba(positive), np.finfo(float).tiny))
+        if self.n_classes_ == 2:
+            return log_proba[:, 1] - log_proba[:, 0]
+        return log_proba
+
+    def _decide(self, positive):
+        """Index of the predicted class of each row of ``positive``."""
+        if self._one_vs_one():
+            return np.argmax(one_vs_one_votes(positive, self.n_classes_), axis=1)
+        return np.argmax(self._proba(positive), axis=1)
 
     def decision_function(self, X):
-        """Posterior mean of the latent field.
+        """Confidence scores ordered as ``predict_proba``; argmax is ``predict``.
+
+        For two classes, the log-odds ``log(p / (1 - p))`` of the predictive
+        probability ``p`` of ``classes_[1]``: positive favours it, and it
+        ranks samples exactly as ``predict_proba(X)[:, 1]`` does, which is
+        what a scorer such as ``"roc_auc"`` (which prefers this method)
+        should see.  It is not the latent field's posterior mean: the
+        probability also depends on the field's posterior variance, which
+        differs from point to point (:meth:`latent_mean_and_variance` gives
+        both).  For more than two classes one-vs-rest, the log of
+        ``predict_proba``; one-vs-one, the votes of the pairwise problems
+        plus their summed probabilities squashed into ``(-1/3, 1/3)``, as
+        :class:`sklearn.multiclass.OneVsOneClassifier` computes them.
+        Probabilities below the smallest normal float count as that float,
+        so the scores are finite.
 
         Parameters
         ----------
@@ -698,19 +1020,20 @@ class TAPGaussianProcessClassifier(
 
         Returns
         -------
-        ndarray of shape (n_samples,) for two classes (positive favours
-        ``classes_[1]``), else (n_samples, n_classes) one-vs-rest fields.
+        ndarray of shape (n_samples,) for two classes, else
+        (n_samples, n_classes)
         """
         check_is_fitted(self)
         X = self._validate_X(X)
-        mean, _ = self._latent(X)
-        return mean[:, 0] if mean.shape[1] == 1 else mean
+        return self._decision(self._positive(X))
 
     def predict_proba(self, X):
         """Predictive class probabilities.
 
         The likelihood is integrated over the Gaussian predictive distribution
-        of the latent field (not evaluated at its mean).
+        of the latent field (not evaluated at its mean).  For more than two
+        classes the binary problems' probabilities are normalised to sum to
+        one (one-vs-rest) or coupled (one-vs-one, see ``multi_class``).
 
         Parameters
         ----------
@@ -723,17 +1046,10 @@ class TAPGaussianProcessClassifier(
         """
         check_is_fitted(self)
         X = self._validate_X(X)
-        mean, var = self._latent(X)
-        positive = np.column_stack(
-            [
-                likelihood.predictive_positive(mean[:, k], var[:, k])
-                for k, likelihood in enumerate(self._likelihoods())
-            ]
-        )
-        return positive_to_proba(positive)
+        return self._proba(self._positive(X))
 
     def predict(self, X):
-        """Most probable class under the predictive distribution.
+        """Predicted class: the most probable one (one-vs-one: the most voted).
 
         Parameters
         ----------
@@ -742,30 +1058,72 @@ class TAPGaussianProcessClassifier(
         Returns
         -------
         ndarray of shape (n_samples,)
+            Equal to ``classes_[argmax(decision_function(X))]``.
         """
         check_is_fitted(self)
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        X = self._validate_X(X)
+        return self.classes_[self._decide(self._positive(X))]
 
-    def log_marginal_likelihood(self, theta=None, eval_gradient=False):
+    def latent_mean_and_variance(self, X):
+        """Posterior mean and variance of the latent function at ``X``.
+
+        The Gaussian approximation of the field's posterior given the
+        training labels (the converged sites), as scikit-learn's
+        ``GaussianProcessClassifier.latent_mean_and_variance`` returns its
+        Laplace approximation's.  Only for two classes, as there.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or list of object
+
+        Returns
+        -------
+        latent_mean : ndarray of shape (n_samples,)
+        latent_var : ndarray of shape (n_samples,)
+
+        Raises
+        ------
+        ValueError
+            For more than two classes.
+        """
+        check_is_fitted(self)
+        if self.n_classes_ > 2:
+            raise ValueError(
+                "Returning the mean and variance of the latent function f is "
+                "only supported for binary classification, received "
+                f"{self.n_classes_} classes."
+            )
+        X = self._validate_X(X)
+        return self._problem_latent(self._problems[0], X)
+
+    def log_marginal_likelihood(
+        self, theta=None, eval_gradient=False, clone_kernel=True
+    ):
         """TAP (EP) approximation of the log marginal likelihood.
 
         Parameters
         ----------
-        theta : array-like of shape (n_kernel_params,) or None
-            Log-hyperparameters of the (base, unfitted-structure) kernel; None
-            returns ``log_marginal_likelihood_value_``.  With
-            ``label_noise="auto"`` it may hold ``log(label_noise)`` as one more
-            entry, last (the optimiser's search space, and the gradient's
-            layout); without it the fitted label noise is used.  For more than two
-            classes the mean over the one-vs-rest problems at the same
-            ``theta`` is returned.
+        theta : array-like or None, default=None
+            Log-hyperparameters at which the evidence is evaluated; None
+            returns ``log_marginal_likelihood_value_``.  For more than two
+            classes, either one kernel's (every binary problem gets them) or
+            the compound kernel's, ``kernel_.theta`` (each problem its own
+            block), and the mean over the problems is returned.  With
+            ``label_noise="auto"`` each block may hold ``log(label_noise)``
+            as one more entry, last (the optimiser's search space, and the
+            gradient's layout); without it the fitted label noise is used.
         eval_gradient : bool, default=False
-            Also return the gradient with respect to ``theta``.
+            Also return the gradient with respect to ``theta`` (also for
+            several classes, where scikit-learn's GP classifier has none).
+        clone_kernel : bool, default=True
+            False sets ``kernel_.theta`` to ``theta`` (its kernel part), as
+            scikit-learn's GP classifier does; the fitted model's predictions
+            are unchanged (they use the kernel it was fitted with).
 
         Returns
         -------
-        log_likelihood : float
-        log_likelihood_gradient : ndarray of shape (n_kernel_params,)
+        log_likelihood : numpy.float64
+        log_likelihood_gradient : ndarray of the shape of ``theta``
             Only when ``eval_gradient`` is True.
         """
         check_is_fitted(self)
@@ -774,43 +1132,63 @@ class TAPGaussianProcessClassifier(
                 raise ValueError("Gradient can only be evaluated for theta!=None")
             return self.log_marginal_likelihood_value_
         theta = np.asarray(theta, dtype=float)
-        base = self._problems[0]["kernel"]
+        n_problems = len(self._problems)
+        n_dims = self._problems[0]["kernel"].n_dims
         learned = _learns_label_noise(self._config())
-        if len(theta) != base.n_dims and not (
-            learned and len(theta) == base.n_dims + 1
-        ):
+        blocks = [n_dims, n_dims + 1] if learned else [n_dims]
+        if len(theta) in blocks:
+            thetas = [theta] * n_problems
+            shared = True
+        elif len(theta) in [b * n_problems for b in blocks]:
+            thetas = np.split(theta, n_problems)
+            shared = False
+        else:
+            expected = " or ".join(
+                str(b) for b in sorted({*blocks, *(b * n_problems for b in blocks)})
+            )
             raise ValueError(
-                f"theta has {len(theta)} entries; the kernel has {base.n_dims}"
+                f"theta has {len(theta)} entries; expected {expected} (the "
+                "kernel's log-hyperparameters"
+                + (", with log(label_noise) last" if learned else "")
                 + (
-                    " (one more, log(label_noise), with label_noise='auto')"
-                    if learned
+                    ", for one kernel or stacked for every binary problem"
+                    if n_problems > 1
                     else ""
                 )
-                + "."
+                + ")."
             )
-        values = []
-        for k, problem in enumerate(self._problems):
+        values, gradients = [], []
+        for problem, theta_k in zip(self._problems, thetas):
             config = self._config()
-            if len(theta) == base.n_dims:
+            if len(theta_k) == n_dims:
                 config["label_noise"] = problem["label_noise"]
-            t = self._binary_targets(k)
-            values.append(
-                _log_evidence(
-                    theta, self.X_train_, t, base, config, eval_gradient=eval_gradient
-                )
+            result = _log_evidence(
+                theta_k,
+                _take(self.X_train_, problem["rows"]),
+                problem["t"],
+                self._problems[0]["kernel"],
+                config,
+                eval_gradient=eval_gradient,
+                weights=problem["weights"],
             )
+            values.append(result[0] if eval_gradient else result)
+            if eval_gradient:
+                gradients.append(result[1])
+        if not clone_kernel:
+            # (CompoundKernel's own theta setter is broken: set each kernel.)
+            kernels = getattr(self.kernel_, "kernels", [self.kernel_])
+            for kernel, theta_k in zip(kernels, thetas):
+                kernel.theta = theta_k[:n_dims]
+        value = np.mean(np.asarray(values, dtype=np.float64))
         if not eval_gradient:
-            return float(np.mean(values))
-        return (
-            float(np.mean([v[0] for v in values])),
-            np.mean([v[1] for v in values], axis=0),
-        )
-
-    def _binary_targets(self, k):
-        return self._targets[k]
+            return value
+        if shared:
+            return value, np.mean(gradients, axis=0)
+        return value, np.concatenate(gradients) / n_problems
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.input_tags.two_d_array = self._base_kernel().requires_vector_input
-        tags.input_tags.string = not self._base_kernel().requires_vector_input
+        vector = self._requires_vector_input()
+        tags.input_tags.two_d_array = vector
+        tags.input_tags.string = not vector
         return tags
