@@ -16,7 +16,7 @@ from sklearn.utils.validation import validate_data
 from sklearn_meanfield import BetheRBM
 from sklearn_meanfield.bethe._exact import exact_log_likelihood, exact_moments
 from sklearn_meanfield.bethe._learning import positive_phase
-from sklearn_meanfield.bethe.rbm import _check_unit_interval
+from sklearn_meanfield.bethe.rbm import _FITTED, _check_unit_interval
 
 
 class _SquashedBetheRBM(BetheRBM):
@@ -339,3 +339,333 @@ def test_grid_search_pipeline_scores_like_bernoulli_rbm():
     np.testing.assert_allclose(
         _digits_search(BetheRBM), _digits_search(BernoulliRBM), atol=0.1
     )
+
+
+# --- all-or-nothing fits (issue 21 item 5) -------------------------------------
+
+
+def _deep_state(model):
+    """Copies of everything the estimator holds, and its generator's state."""
+    state = {}
+    for name, value in vars(model).items():
+        if isinstance(value, np.ndarray):
+            state[name] = value.copy()
+        elif isinstance(value, tuple):
+            state[name] = tuple(np.array(a, copy=True) for a in value)
+        elif isinstance(value, np.random.RandomState):
+            state[name] = value.get_state()
+        else:
+            state[name] = value
+    return state
+
+
+def _assert_same_state(model, expected):
+    assert set(vars(model)) == set(expected)
+    for name, want in expected.items():
+        have = getattr(model, name)
+        if isinstance(have, np.random.RandomState):
+            have = have.get_state()
+            assert have[0] == want[0] and have[2:] == want[2:], name
+            np.testing.assert_array_equal(have[1], want[1], err_msg=name)
+        elif isinstance(want, np.ndarray):
+            assert have.dtype == want.dtype, name
+            np.testing.assert_array_equal(have, want, err_msg=name)
+        elif isinstance(want, tuple):
+            for a, b in zip(have, want, strict=True):
+                np.testing.assert_array_equal(a, b, err_msg=name)
+        else:
+            assert have == want, name
+
+
+def _fitted_small(dtype=np.float64):
+    X = (np.random.RandomState(0).uniform(size=(40, 6)) < 0.5).astype(dtype)
+    model = BetheRBM(n_components=3, n_iter=2, batch_size=10, random_state=0)
+    return model.fit(X), X
+
+
+# Functions the update calls after the gradient step, where an interrupt or a
+# MemoryError can strike: the chains' step (right after each parameter
+# update), the final full solve and the stability factor.
+INTERRUPT_POINTS = [
+    "sklearn_meanfield.bethe._learning.gibbs_hidden_step",
+    "sklearn_meanfield.bethe.rbm.bethe_solve",
+    "sklearn_meanfield.bethe.rbm.stability",
+]
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, MemoryError])
+@pytest.mark.parametrize("where", INTERRUPT_POINTS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_interrupted_partial_fit_leaves_everything_as_it_was(
+    monkeypatch, where, error, dtype
+):
+    model, X = _fitted_small(dtype)
+    before = _deep_state(model)
+    reference = BetheRBM(**model.get_params())
+    reference.__dict__.update(_copy_fitted(model))
+
+    def fail(*args, **kwargs):
+        raise error
+
+    with monkeypatch.context() as patch:
+        patch.setattr(where, fail)
+        with pytest.raises(error):
+            model.partial_fit(X[:10])
+    # Bit-identical arrays, the same generator state: as if never called.
+    _assert_same_state(model, before)
+    # So retrying gives exactly the uninterrupted update.
+    model.partial_fit(X[:10])
+    reference.partial_fit(X[:10])
+    _assert_same_state(model, _deep_state(reference))
+
+
+def _copy_fitted(model):
+    """The fitted attributes of ``model`` as independent copies."""
+    copied = {}
+    for name, value in vars(model).items():
+        if name in model.get_params():
+            continue
+        if isinstance(value, np.random.RandomState):
+            rng = np.random.RandomState()
+            rng.set_state(value.get_state())
+            copied[name] = rng
+        elif isinstance(value, np.ndarray):
+            copied[name] = value.copy()
+        elif isinstance(value, tuple):
+            copied[name] = tuple(a.copy() for a in value)
+        else:
+            copied[name] = value
+    return copied
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, MemoryError])
+@pytest.mark.parametrize("where", INTERRUPT_POINTS)
+def test_interrupted_refit_keeps_the_previous_fit(monkeypatch, where, error):
+    model, X = _fitted_small()
+    before = _deep_state(model)
+    module, name = where.rsplit(".", 1)
+    original = getattr(__import__(module, fromlist=[name]), name)
+    # The chains step once per batch: fail in the middle of the second epoch.
+    fail_at = 6 if name == "gibbs_hidden_step" else 1
+    calls = []
+
+    def fail_late(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == fail_at:
+            raise error
+        return original(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(where, fail_late)
+        with pytest.raises(error):
+            model.set_params(n_iter=3).fit(1.0 - X)
+    assert len(calls) == fail_at
+    model.set_params(n_iter=2)
+    _assert_same_state(model, before)
+
+
+def test_interrupted_first_partial_fit_leaves_an_unfitted_estimator(monkeypatch):
+    rng = np.random.RandomState(7)
+    model = BetheRBM(n_components=3, random_state=rng)
+    rng_state = rng.get_state()
+    monkeypatch.setattr("sklearn_meanfield.bethe.rbm.stability", _raise_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        model.partial_fit(np.eye(4))
+    assert set(vars(model)) == set(model.get_params())
+    # The user's generator is given back the state it had.
+    np.testing.assert_array_equal(rng.get_state()[1], rng_state[1])
+
+
+def _raise_interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def test_partial_fit_turned_warning_into_error_leaves_the_state():
+    # A real failure after the gradient step: the final solve's
+    # ConvergenceWarning raised as an error (unstable model, the paper's
+    # ensemble at g = 6 in {0, 1} units).
+    rng = np.random.RandomState(3)
+    X = (rng.uniform(size=(40, 30)) < 0.5).astype(float)
+    model = BetheRBM(n_components=20, n_iter=1, random_state=0).fit(X)
+    w = rng.normal(0, np.sqrt(6 / 30), (20, 30))
+    set_parameters(model, 4 * w, -2 * w.sum(axis=0), -2 * w.sum(axis=1))
+    before = _deep_state(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        with pytest.raises(ConvergenceWarning):
+            model.partial_fit(X[:5])
+    _assert_same_state(model, before)
+
+
+# --- callbacks: a stop request (issue 21 item 9) and verbose -------------------
+
+
+class _Deadline:
+    """A scikit-learn FitCallback asking to stop once ``clock()`` >= deadline.
+
+    Like a wall-clock budget, it asks at every task end after the deadline;
+    the tests drive it with a fake clock that ticks once per epoch.
+    """
+
+    def __init__(self, deadline, clock):
+        self.deadline = deadline
+        self.clock = clock
+        self.asked = 0
+
+    def setup(self, estimator, context):
+        pass
+
+    def on_fit_task_begin(self, estimator, context):
+        pass
+
+    def on_fit_task_end(self, estimator, context):
+        stop = self.clock() >= self.deadline
+        self.asked += stop
+        return stop
+
+    def teardown(self, estimator, context):
+        pass
+
+
+def _fitted_attributes(model):
+    return {name: getattr(model, name) for name in _FITTED}
+
+
+@pytest.mark.parametrize("deadline, n_epochs", [(2, 2), (4, 4), (0, 1), (99, 5)])
+def test_deadline_callback_keeps_the_last_complete_epoch(deadline, n_epochs):
+    pytest.importorskip("sklearn.callback")
+    X, _ = binary_digits()
+    X = X[:120]
+    params = dict(n_components=6, batch_size=20, random_state=0)
+    ticks = iter(range(1, 100))
+    callback = _Deadline(deadline, lambda: next(ticks))
+    with warnings.catch_warnings():
+        # A stop asked by the user is no convergence failure.
+        warnings.simplefilter("error", ConvergenceWarning)
+        stopped = BetheRBM(n_iter=5, **params).set_callbacks(callback).fit(X)
+    expected = BetheRBM(n_iter=n_epochs, **params).fit(X)
+    # Exactly the model of the epochs completed before the stop, chains and
+    # messages included.
+    ours, theirs = _fitted_attributes(stopped), _fitted_attributes(expected)
+    for name in _FITTED:
+        if name == "messages_":
+            for a, b in zip(ours[name], theirs[name]):
+                np.testing.assert_array_equal(a, b)
+        else:
+            np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
+    assert stopped.stability_ < 1
+    assert (callback.asked > 0) == (n_epochs < 5)
+
+
+def test_verbose_does_not_change_the_fit(capsys):
+    # The per-epoch report runs a full solve; it must not feed its messages
+    # back into the training (it did: weights moved by 1e-9).
+    X, _ = binary_digits()
+    quiet = BetheRBM(n_components=8, n_iter=3, random_state=0).fit(X[:200])
+    loud = BetheRBM(n_components=8, n_iter=3, random_state=0, verbose=1).fit(X[:200])
+    assert capsys.readouterr().out.count("epoch") == 3
+    for name in ("components_", "intercept_visible_", "h_samples_"):
+        np.testing.assert_array_equal(getattr(loud, name), getattr(quiet, name))
+    for a, b in zip(loud.messages_, quiet.messages_):
+        np.testing.assert_array_equal(a, b)
+
+
+# --- float32 in, float32 out ---------------------------------------------------
+
+
+def test_float32_data_give_the_float64_fit_rounded_to_float32():
+    X, _ = binary_digits()
+    X64 = X[:200]
+    X32 = X64.astype(np.float32)
+    params = dict(n_components=8, n_iter=2, random_state=0)
+    m64 = BetheRBM(**params).fit(X64)
+    m32 = BetheRBM(**params).fit(X32)
+    for name in ("components_", "intercept_visible_", "intercept_hidden_"):
+        # The training runs in float64 either way (the data are exact in
+        # float32): the float32 parameters are the float64 ones, rounded.
+        value = getattr(m32, name)
+        assert value.dtype == np.float32, name
+        np.testing.assert_array_equal(value, getattr(m64, name).astype(np.float32))
+    assert m32.h_samples_.dtype == np.float32
+    np.testing.assert_array_equal(m32.h_samples_, m64.h_samples_)
+    # Messages and stability belong to the stored (rounded) parameters.
+    assert m32.messages_[0].dtype == np.float64
+    assert m32.stability_ == pytest.approx(m64.stability_, rel=1e-5)
+    Xt32, Xt64 = m32.transform(X32), m64.transform(X64)
+    assert Xt32.dtype == np.float32 and m32.transform(X64).dtype == np.float64
+    np.testing.assert_allclose(Xt32, Xt64, rtol=2e-6, atol=1e-7)
+    np.testing.assert_array_equal(m32.fit_transform(X32), Xt32)
+    scores32 = m32.score_samples(X32)
+    assert scores32.dtype == np.float32
+    np.testing.assert_allclose(scores32, m64.score_samples(X64), rtol=1e-5)
+    assert m32.gibbs(X32).dtype == bool
+
+
+def test_partial_fit_keeps_the_dtype_of_the_parameters():
+    X = (np.random.RandomState(0).uniform(size=(20, 5)) < 0.5).astype(np.float32)
+    model = BetheRBM(n_components=3, random_state=0).partial_fit(X)
+    assert model.components_.dtype == np.float32
+    assert model.h_samples_.dtype == np.float32
+    # A float64 batch on float32 parameters: they stay float32 (as
+    # BernoulliRBM's in-place updates keep them).
+    model.partial_fit(X.astype(np.float64))
+    assert model.components_.dtype == np.float32
+    assert model.intercept_hidden_.dtype == np.float32
+    int_model = BetheRBM(n_components=3, random_state=0).fit(X.astype(int))
+    assert int_model.components_.dtype == np.float64
+
+
+# --- h_samples_: persistent Gibbs chains ---------------------------------------
+
+
+def test_h_samples_are_binary_chains_of_batch_size():
+    X, _ = binary_digits()
+    model = BetheRBM(n_components=7, batch_size=13, n_iter=2, random_state=0)
+    model.fit(X[:100])
+    h = model.h_samples_
+    assert h.shape == (13, 7) and h.dtype == np.float64
+    assert set(np.unique(h)) <= {0.0, 1.0}
+    assert 0 < h.mean() < 1  # the chains moved away from their zero start
+
+
+def test_each_partial_fit_moves_the_chains_one_gibbs_sweep():
+    # Reference: the sweep h -> v -> h written out here, with the random
+    # numbers the estimator's generator gives next.
+    X, _ = binary_digits()
+    model = BetheRBM(n_components=5, batch_size=4, n_iter=1, random_state=0)
+    model.fit(X[:40])
+    for _ in range(3):
+        h_old = model.h_samples_.copy()
+        rng = np.random.RandomState()
+        rng.set_state(model.random_state_.get_state())
+        model.partial_fit(X[40:60])
+        W, b, c = model.components_, model.intercept_visible_, model.intercept_hidden_
+        p_v = 1 / (1 + np.exp(-(h_old @ W + b)))
+        v = rng.uniform(size=p_v.shape) < p_v
+        p_h = 1 / (1 + np.exp(-(v @ W.T + c)))
+        h_new = (rng.uniform(size=p_h.shape) < p_h).astype(float)
+        np.testing.assert_array_equal(model.h_samples_, h_new)
+
+
+def test_h_samples_sample_the_hidden_units_under_the_model():
+    # Parameters held still (a negligible learning rate) on a model small
+    # enough to enumerate: averaged over steps, the chains' hidden states
+    # match the exact <h>, within Monte Carlo error estimated from the spread
+    # of the independent chains' own averages.
+    rng = np.random.RandomState(4)
+    W, b, c = rng.normal(0, 1.5, (3, 6)), rng.normal(0, 0.5, 6), rng.normal(0, 0.5, 3)
+    X = all_states(6)
+    model = BetheRBM(n_components=3, batch_size=40, learning_rate=1e-12)
+    model.set_params(random_state=0).fit(X[:2])
+    set_parameters(model, W, b, c)
+    draws = []
+    for step in range(250):
+        model.partial_fit(X[:1])
+        if step >= 25:  # burn-in
+            draws.append(model.h_samples_)
+    per_chain = np.mean(draws, axis=0)  # (n_chains, n_hidden)
+    estimate = per_chain.mean(axis=0)
+    standard_error = per_chain.std(axis=0, ddof=1) / np.sqrt(per_chain.shape[0])
+    exact = exact_moments(W, b, c)[2]
+    assert np.all(np.abs(estimate - exact) < 4 * standard_error + 1e-3)
+    assert np.all(standard_error < 0.02)
