@@ -438,6 +438,13 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         ``N(0, 1)`` prior: the intercept then has a standard normal prior in
         the units of the field, like the rest of the field for standardised
         inputs.
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplied with ``sample_weight`` in
+        :meth:`fit`: a dict maps labels to weights (others 1);
+        ``"balanced"`` gives class ``k`` the weight ``sum(w) / (n_classes
+        * sum_{y_i = k} w_i)`` with the sample weights ``w`` (as
+        :class:`~sklearn.linear_model.LogisticRegression`).  One-vs-rest
+        problems use the weights of the original labels.
     space : {"auto", "dual", "weight"}, default="auto"
         Where to solve: ``"auto"`` takes the weight space when there are
         more samples than weights, the dual space otherwise.  Both give the
@@ -470,9 +477,10 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         ``sklearn.callback.ProgressBar()``) also follows the fit: one subtask
         per one-vs-rest problem (one with two classes), run in its worker,
         holding a "solve" subtask whose steps are the sweeps and, when they
-        run, the incremental restarts.  A callback's request to stop is
-        ignored: a problem stopped halfway has no usable posterior, and the
-        problems of a multi-class fit need each other.
+        run, the incremental restarts.  A callback's request to stop ends
+        the sweeps of the running problem (and skips its fallback and
+        restarts): the best iterate so far is kept and a
+        ``ConvergenceWarning`` says so.
 
     Attributes
     ----------
@@ -482,8 +490,14 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         is ``X @ coef_.T + intercept_`` (that is ``<w> / sqrt(n_features)``).
     intercept_ : ndarray of shape (1,) or (n_classes,)
     loo_error_ : float
-        Leave-one-out error rate from the cavity fields (paper's section 6).
+        Leave-one-out error rate from the cavity fields (paper's section 6);
+        with weights, the weighted rate (a sample of weight ``w`` counts
+        ``w`` times).
     loo_proba_ : ndarray of shape (n_samples, n_classes)
+        Leave-one-out predictive probabilities: row ``i`` approximates the
+        model fitted without sample ``i`` (its whole weight; for identical
+        samples, without that one copy), evaluated at ``X[i]``.  A sample of
+        weight zero is not in the fit: its row is the model's prediction.
     n_iter_ : int
         Sweeps of the final solve (largest over one-vs-rest problems).
     space_ : str
@@ -752,8 +766,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
             intercept = np.zeros(len(problems))
         self._variance_models = [p["variance_model"] for p in problems]
         self.n_iter_ = int(max(p["solution"].n_iter for p in problems))
-        # The float64 solution predicts; coef_ and intercept_ follow X's dtype.
-        self._coef64, self._intercept64 = coef, intercept
+        # coef_ and intercept_ follow X's dtype (solved in float64).
         self.coef_ = coef.astype(dtype, copy=False)
         self.intercept_ = intercept.astype(dtype, copy=False)
 
@@ -801,7 +814,9 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
 
     def _fields64(self, X):
         scale = self._input_scale
-        mean = (X / scale) @ self._coef64.T + self._intercept64 / scale
+        coef = np.asarray(self.coef_, dtype=np.float64)
+        intercept = np.asarray(self.intercept_, dtype=np.float64)
+        mean = (X / scale) @ coef.T + intercept / scale
         Phi = self._design(X)
         var = np.column_stack(
             [model.field_variance(Phi) for model in self._variance_models]
