@@ -1186,8 +1186,9 @@ def test_class_weight_is_the_equivalent_sample_weight(multi_class):
             "z": 1.0,
         }
         if class_weight == "balanced":
-            counts = {c: np.sum(y == c) for c in "xyz"}
-            per_class = {c: len(y) / (3 * counts[c]) for c in "xyz"}
+            # Classes counted by sample weight.
+            counts = {c: np.sum(sample_weight[y == c]) for c in "xyz"}
+            per_class = {c: sample_weight.sum() / (3 * counts[c]) for c in "xyz"}
         equivalent = sample_weight * np.array([per_class[c] for c in y])
         with_samples = TAPGaussianProcessClassifier(
             optimizer=None, multi_class=multi_class
@@ -1201,6 +1202,19 @@ def test_class_weight_is_the_equivalent_sample_weight(multi_class):
         assert with_classes.loo_error_ == pytest.approx(with_samples.loo_error_)
     unweighted = TAPGaussianProcessClassifier(optimizer=None).fit(X, y)
     assert not np.allclose(unweighted.predict_proba(X), with_classes.predict_proba(X))
+
+
+def test_balanced_class_weight_with_integer_weights_equals_repeated_rows():
+    X, y = _three_classes(30, 2)
+    w = np.random.RandomState(5).randint(0, 4, len(y))
+    params = dict(optimizer=None, class_weight="balanced", tol=1e-10, max_iter=1000)
+    weighted = TAPGaussianProcessClassifier(**params).fit(X, y, sample_weight=w)
+    repeated = TAPGaussianProcessClassifier(**params).fit(
+        np.repeat(X, w, axis=0), np.repeat(y, w)
+    )
+    np.testing.assert_allclose(
+        weighted.predict_proba(X), repeated.predict_proba(X), rtol=1e-7, atol=1e-9
+    )
 
 
 def test_invalid_weights_are_refused():

@@ -12,7 +12,7 @@ from sklearn.gaussian_process.kernels import RBF, CompoundKernel, Kernel
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.utils import _safe_indexing, check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.class_weight import compute_sample_weight
+from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.validation import (
     _check_sample_weight,
     _num_samples,
@@ -103,38 +103,17 @@ def check_kernel_memory(n_samples, n_hyperparameters=0, fraction=0.8):
 
 
 class _StopRequested(Exception):
-    """A scikit-learn callback asked the fit to stop (raised at a step)."""
-
-
-class _StopWatch:
-    """EP's ``reporter``: a callback step per sweep, raising on a stop request.
-
-    The wrapped reporter (``ProgressReporter.steps_at``) returns True when a
-    callback asks to stop.  The solvers do not look at that value, so the
-    request is raised here, with the number of sweeps done, and the solve is
-    replayed with that many sweeps (the solvers are deterministic: the same
-    iterate, whose best is kept).
-    """
-
-    def __init__(self, reporter):
-        self.reporter = reporter
-        self.sweeps = 0
-
-    def __call__(self, level, message, *args):
-        stop = self.reporter(level, message, *args)
-        if level == 2:  # the solvers report each sweep once, at level 2
-            self.sweeps += 1
-            if stop:
-                raise _StopRequested(self.sweeps)
-        return stop
+    """A scikit-learn callback asked the fit to stop (at an evaluation)."""
 
 
 def _solve(K, t, config, warm=None, tol=None, reporter=None, weights=None):
     """Run EP (adaptive TAP) on a kernel matrix.
 
-    ``reporter`` receives one line per sweep at ``verbose >= 2``; it is given
-    for the final solve only, not for each evidence evaluation of the optimiser.
-    ``weights`` are the site weights (None: all one).
+    ``reporter`` receives one line per sweep at ``verbose >= 2`` and is a
+    callback step per sweep, whose request to stop ends the solve at its best
+    iterate; it is given for the final solve only, not for each evidence
+    evaluation of the optimiser.  ``weights`` are the site weights (None:
+    all one).
     """
     posterior = KernelPosterior(K)
     likelihood = make_likelihood(config["likelihood"], config["label_noise"])
@@ -151,6 +130,7 @@ def _solve(K, t, config, warm=None, tol=None, reporter=None, weights=None):
         tol=config["tol"] if tol is None else tol,
         damping=config["damping"],
         reporter=reporter,
+        honour_stop=reporter is not None,
         **extra,
     )
 
@@ -168,23 +148,9 @@ def _naive_solve(K, t, config, reporter=None, weights=None):
         tol=config["tol"],
         damping=min(config["damping"], 0.2),
         reporter=reporter,
+        honour_stop=reporter is not None,
         **extra,
     )
-
-
-def _until_stopped(solver, reporter, *args, **kwargs):
-    """``solver(*args, reporter=..., **kwargs)``, stopped by a callback request.
-
-    Returns the solution and whether a callback asked to stop; a stopped
-    solve is replayed for the sweeps it made (without the reporter), which
-    yields the iterate the solver had then, the best so far.
-    """
-    watch = _StopWatch(reporter)
-    try:
-        return solver(*args, reporter=watch, **kwargs), False
-    except _StopRequested as stop:
-        config = {**args[2], "max_iter": stop.args[0]}
-        return solver(*args[:2], config, *args[3:], **kwargs), True
 
 
 # ``label_noise="auto"``: the label noise is searched on a log scale within
@@ -464,14 +430,11 @@ def _fit_binary_on_current_threads(
     # Stopped during the search: the best evaluation's sites as they are
     # (one sweep returns the warm start's solution, not a step beyond it).
     final = {**config, "max_iter": 1} if stopped else config
-    ep, stop = _until_stopped(_solve, sweeps, K, t, final, sites, weights=weights)
-    stopped |= stop
+    ep = _solve(K, t, final, sites, reporter=sweeps, weights=weights)
     solution = ep
     if config["method"] == "naive":
-        solution, stop = _until_stopped(
-            _naive_solve, sweeps, K, t, final, weights=weights
-        )
-        stopped |= stop
+        solution = _naive_solve(K, t, final, reporter=sweeps, weights=weights)
+    stopped |= ep.stopped or solution.stopped
     solve.task.end()
     if stopped:
         warnings.warn(
@@ -596,10 +559,14 @@ class TAPGaussianProcessClassifier(
         class can then differ on a few ambiguous points.
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes, multiplying ``sample_weight`` (see
-        :meth:`fit`): ``{label: weight}``, or ``"balanced"`` for
-        ``n_samples / (n_classes * count(label))``, computed on the original
-        labels (a one-vs-rest or one-vs-one problem weighs each sample by its
-        own class's weight).
+        :meth:`fit`): ``{label: weight}`` (1 for a class not named), or
+        ``"balanced"`` for ``sum(w) / (n_classes * sum(w[y == label]))``
+        with the sample weights ``w`` (all one by default: ``n_samples /
+        (n_classes * count(label))``), as
+        :func:`sklearn.utils.class_weight.compute_class_weight` computes it,
+        so that integer weights stay repeated rows.  On the original labels:
+        a one-vs-rest or one-vs-one problem weighs each sample by its own
+        class's weight.
     copy_X_train : bool, default=True
         Store a copy of the training inputs in ``X_train_``.  False stores a
         reference when the validated input is the caller's array, so that
@@ -921,7 +888,16 @@ class TAPGaussianProcessClassifier(
             sample_weight, X, dtype=np.float64, ensure_non_negative=True
         )
         if self.class_weight is not None:
-            sample_weight = sample_weight * compute_sample_weight(self.class_weight, y)
+            # "balanced" counts the classes by weight (as LogisticRegression
+            # does), so that integer weights stay repeated rows.
+            per_class = compute_class_weight(
+                self.class_weight,
+                classes=self.classes_,
+                y=y,
+                sample_weight=sample_weight,
+            )
+            _, y_index = np.unique(y, return_inverse=True)
+            sample_weight = sample_weight * per_class[y_index]
         if not np.any(sample_weight > 0):
             raise ValueError("Every sample weight is zero: there is nothing to fit.")
         return sample_weight
