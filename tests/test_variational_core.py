@@ -354,3 +354,43 @@ def test_natural_gradient_steps_reach_the_lbfgs_optimum():
     value, _, target = natural_gradient_terms(theta, *args)
     assert value == pytest.approx(reference.fun, abs=5e-3)
     np.testing.assert_allclose(precision, target, atol=1e-2 * np.abs(target).max())
+
+
+@pytest.mark.parametrize("covariance", ["full", "lowrank", "diag"])
+def test_weighted_bound_equals_repeated_rows(covariance):
+    # Integer weights repeat rows, zero drops them: value, gradient, the
+    # statistics of the re-estimates and the natural-gradient target.
+    X1, T, shape, theta, alpha, lam = _problem(covariance, n=6)
+    sw = np.array([2.0, 0.0, 1.0, 3.0, 0.0, 1.0])
+    reps = sw.astype(int)
+    stats_w, stats_r = {}, {}
+    value_w, grad_w = negative_bound(
+        theta, X1, T, alpha, lam, shape, stats=stats_w, sample_weight=sw
+    )
+    value_r, grad_r = negative_bound(
+        theta,
+        X1.repeat(reps, axis=0),
+        T.repeat(reps, axis=0),
+        alpha,
+        lam,
+        shape,
+        stats=stats_r,
+    )
+    assert value_w == pytest.approx(value_r, rel=1e-12)
+    np.testing.assert_allclose(grad_w, grad_r, rtol=1e-10, atol=1e-12)
+    assert stats_w["n_samples"] == stats_r["n_samples"] == 7
+    np.testing.assert_allclose(stats_w["sq_err"], stats_r["sq_err"], rtol=1e-12)
+    groups = weight_groups(shape)
+    for a, b in zip(
+        reestimate(theta, X1, T, shape, groups, sample_weight=sw),
+        reestimate(theta, X1.repeat(reps, 0), T.repeat(reps, 0), shape, groups),
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    if covariance != "lowrank":
+        _, g_w, P_w = natural_gradient_terms(
+            theta, X1, T, alpha, lam, shape, sample_weight=sw
+        )
+        _, g_r, P_r = natural_gradient_terms(
+            theta, X1.repeat(reps, 0), T.repeat(reps, 0), alpha, lam, shape
+        )
+        np.testing.assert_allclose(P_w, P_r, rtol=1e-10, atol=1e-12)

@@ -542,23 +542,33 @@ def _data_moments(loc, order):
     return first, second, dict(e=e, J=J, terms=terms, cdiag=cdiag)
 
 
-def _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats):
+def _row_weights(sample_weight, n):
+    """``(w, sum w)``: the weights as a column (n, 1), or ``(1, n)`` unweighted."""
+    if sample_weight is None:
+        return 1.0, float(n)
+    w = np.asarray(sample_weight, dtype=float)
+    return w[:, None], float(w.sum())
+
+
+def _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats, sample_weight):
     """Minus the bound and, if asked, its gradient with respect to ``wbar`` and
     the local moments of every data point (the backward pass shared by
     :func:`negative_bound` and :func:`natural_gradient_terms`)."""
     H, M = shape.n_hidden, shape.n_outputs
     k = shape.n_weights
     n = X1.shape[0]
+    weight, n_eff = _row_weights(sample_weight, n)
     wbar, log_diag, F = unpack(theta, shape)
     diag = _diag_part(log_diag, shape)
     C = np.diag(diag) + F @ F.T
     loc = _local(X1, wbar, C, shape)
     order = 4 if return_grad else 2
     first, second, aux = _data_moments(loc, order=order)
-    sq_err = second - 2.0 * T * first + T * T
+    # Row n counts sample_weight[n] times: its log-likelihood is multiplied.
+    sq_err = weight * (second - 2.0 * T * first + T * T)
     cdiag_C = np.diagonal(C)
 
-    data = 0.5 * n * np.sum(np.log(alpha) - _LOG_2PI) - 0.5 * np.sum(sq_err * alpha)
+    data = 0.5 * n_eff * np.sum(np.log(alpha) - _LOG_2PI) - 0.5 * np.sum(sq_err * alpha)
     prior = 0.5 * np.sum(np.log(lam) - _LOG_2PI) - 0.5 * np.sum(
         lam * (wbar * wbar + cdiag_C)
     )
@@ -571,14 +581,14 @@ def _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats):
     value = data + prior + entropy
     if stats is not None:
         stats["sq_err"] = sq_err.sum(axis=0)
-        stats["n_samples"] = n
+        stats["n_samples"] = n_eff
         stats["second_moment"] = wbar * wbar + cdiag_C
     if not return_grad:
         return -value, None
 
     # ---- backward pass: d(-value) = d(sum_nm alpha_m l_nm / 2) - d(prior) - ...
-    gF2 = np.broadcast_to(0.5 * alpha, (n, M))  # d loss / d <f^2>
-    gF1 = -alpha * T  # d loss / d <f>
+    gF2 = np.broadcast_to(0.5 * alpha * weight, (n, M))  # d loss / d <f^2>
+    gF1 = -alpha * T * weight  # d loss / d <f>
     e, J, t, cdiag = aux["e"], aux["J"], aux["terms"], aux["cdiag"]
     Vbar = loc["Vbar"]
     g4 = gF2[:, :, None, None]  # (n, M, 1, 1)
@@ -645,7 +655,9 @@ def _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats):
     return -value, local
 
 
-def negative_bound(theta, X1, T, alpha, lam, shape, return_grad=True, stats=None):
+def negative_bound(
+    theta, X1, T, alpha, lam, shape, return_grad=True, stats=None, sample_weight=None
+):
     """Minus the variational lower bound and its gradient.
 
     ``F = <log p(T | w, alpha)> + <log p(w | lambda)> + H[Q]`` with
@@ -666,9 +678,13 @@ def negative_bound(theta, X1, T, alpha, lam, shape, return_grad=True, stats=None
     shape : NetworkShape
     return_grad : bool, default=True
     stats : dict or None, default=None
-        If a dict, receives ``sq_err`` (``sum_n l_nm``, shape (n_outputs,)) and
-        ``second_moment`` (``wbar_j^2 + C_jj``, shape (n_weights,)): what the
-        hyperparameter gradients and re-estimates need.
+        If a dict, receives ``sq_err`` (``sum_n s_n l_nm``, shape (n_outputs,)),
+        ``n_samples`` (``sum_n s_n``) and ``second_moment``
+        (``wbar_j^2 + C_jj``, shape (n_weights,)): what the hyperparameter
+        gradients and re-estimates need.
+    sample_weight : ndarray of shape (n_samples,) or None, default=None
+        Weights ``s_n`` of the rows: row ``n``'s log-likelihood counts
+        ``s_n`` times (an integer weight is the row repeated, zero drops it).
 
     Returns
     -------
@@ -689,7 +705,9 @@ def negative_bound(theta, X1, T, alpha, lam, shape, return_grad=True, stats=None
     >>> grad.shape == theta.shape, bool(np.isfinite(value))
     (True, True)
     """
-    value, local = _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats)
+    value, local = _evaluate(
+        theta, X1, T, alpha, lam, shape, return_grad, stats, sample_weight
+    )
     if not return_grad:
         return value
     k = shape.n_weights
@@ -715,7 +733,9 @@ def negative_bound(theta, X1, T, alpha, lam, shape, return_grad=True, stats=None
     return value, grad
 
 
-def natural_gradient_terms(theta, X1, T, alpha, lam, shape, stats=None):
+def natural_gradient_terms(
+    theta, X1, T, alpha, lam, shape, stats=None, sample_weight=None
+):
     """Minus the bound, its gradient in ``wbar`` and twice its gradient in ``C``.
 
     The expected loss ``L = -<log p(T, w)>`` depends on ``C`` only through the
@@ -750,7 +770,9 @@ def natural_gradient_terms(theta, X1, T, alpha, lam, shape, stats=None):
     """
     if shape.covariance == "lowrank":
         raise ValueError("natural-gradient terms are for full or diag covariances")
-    value, local = _evaluate(theta, X1, T, alpha, lam, shape, True, stats)
+    value, local = _evaluate(
+        theta, X1, T, alpha, lam, shape, True, stats, sample_weight
+    )
     return value, local["g_wbar"], _covariance_gradient(local, X1, lam, shape)
 
 
@@ -790,10 +812,11 @@ def _lowrank_logdet(diag, F):
     return logdet, (CinvF, cinv_diag)
 
 
-def reestimate(theta, X1, T, shape, groups, max_precision=1e8):
+def reestimate(theta, X1, T, shape, groups, max_precision=1e8, sample_weight=None):
     """Hyperparameters that maximise the bound at fixed ``Q``.
 
-    ``alpha_m = N / sum_n l_nm`` and, for each weight group ``g`` of ``W_g``
+    ``alpha_m = N / sum_n l_nm`` (with sample weights ``s_n``:
+    ``sum_n s_n / sum_n s_n l_nm``) and, for each weight group ``g`` of ``W_g``
     weights, ``lambda_g = W_g / sum_{j in g} (wbar_j^2 + C_jj)`` (NOTES.md 3;
     Barber & Bishop 1998, section 2.1).  Each is the exact maximiser of a
     concave function of one hyperparameter, so the bound cannot decrease;
@@ -827,8 +850,9 @@ def reestimate(theta, X1, T, shape, groups, max_precision=1e8):
         shape,
         return_grad=False,
         stats=stats,
+        sample_weight=sample_weight,
     )
-    return reestimate_from_stats(stats, X1.shape[0], groups, max_precision)
+    return reestimate_from_stats(stats, stats["n_samples"], groups, max_precision)
 
 
 def reestimate_from_stats(stats, n_samples, groups, max_precision=1e8):
@@ -883,10 +907,11 @@ def bound_at_hyperparameters(value, stats, alpha_old, lam_old, alpha, lam, n):
     return value + part(alpha_old, lam_old) - part(alpha, lam)
 
 
-def joint_negative_bound(params, X1, T, shape, groups):
+def joint_negative_bound(params, X1, T, shape, groups, sample_weight=None):
     """Minus the bound as a function of ``Q`` and the log hyperparameters.
 
-    ``params = (theta, log alpha, log lambda_groups)``.  Used inside each
+    ``params = (theta, log alpha, log lambda_groups)``; ``sample_weight`` as
+    in :func:`negative_bound`.  Used inside each
     optimisation phase so that ``Q`` and the hyperparameters move together
     (plain alternation converges slowly when they are coupled); the exact
     re-estimation of :func:`reestimate` still closes every phase.
@@ -917,9 +942,16 @@ def joint_negative_bound(params, X1, T, shape, groups):
     lam_groups = np.exp(params[n_theta + M :])
     stats = {}
     value, grad_theta = negative_bound(
-        theta, X1, T, alpha, lam_groups[groups], shape, stats=stats
+        theta,
+        X1,
+        T,
+        alpha,
+        lam_groups[groups],
+        shape,
+        stats=stats,
+        sample_weight=sample_weight,
     )
-    n = X1.shape[0]
+    n = stats["n_samples"]  # sum of the sample weights
     counts = np.bincount(groups, minlength=lam_groups.size)
     sums = np.bincount(groups, weights=stats["second_moment"], minlength=counts.size)
     # d(-F)/d log alpha_m = alpha_m sum_n l_nm / 2 - N / 2, likewise for lambda.
@@ -964,7 +996,7 @@ def sample_outputs(X1, theta, shape, rng, n_draws):
     return np.einsum("snh,shm->snm", hidden, V)
 
 
-def cavity_loo(T, mean, second, alpha, max_leverage=0.9):
+def cavity_loo(T, mean, second, alpha, max_leverage=0.9, sample_weight=None):
     """Leave-one-out means by removing each point's Gaussian site.
 
     Under ``Q`` the output at a training point is ``N(<f>, s^2)``; dividing out
@@ -972,6 +1004,9 @@ def cavity_loo(T, mean, second, alpha, max_leverage=0.9):
     ``t - (t - <f>) / (1 - alpha s^2)`` (exact for a linear-Gaussian model,
     where ``alpha s^2`` is the leverage).  The leverage is capped at
     ``max_leverage`` so that a point the fit cannot explain stays finite.
+    A row of weight ``s_n`` contributes the likelihood to the power ``s_n``
+    (precision ``s_n alpha``), and all of it is removed: the leverage is
+    ``s_n alpha s^2`` (a zero-weight row's cavity is ``Q`` itself).
 
     Returns
     -------
@@ -986,16 +1021,19 @@ def cavity_loo(T, mean, second, alpha, max_leverage=0.9):
     [[0.6]]
     """
     var_f = np.maximum(second - mean * mean, 0.0)
+    if sample_weight is not None:
+        var_f = var_f * np.asarray(sample_weight, dtype=float)[:, None]
     leverage = np.minimum(alpha * var_f, max_leverage)
     return T - (T - mean) / (1.0 - leverage)
 
 
-def psis_loo(X1, T, theta, shape, alpha, rng, n_draws=2000):
+def psis_loo(X1, T, theta, shape, alpha, rng, n_draws=2000, sample_weight=None):
     """Leave-one-out means by Pareto-smoothed importance sampling from ``Q``.
 
     ``Q`` stands in for the posterior; the leave-one-out posterior of point
     ``n`` is reached with weights ``1 / p(t_n | w)``, smoothed by PSIS
-    (:func:`sklearn_meanfield._loo.psis_smooth`), one output at a time.
+    (:func:`sklearn_meanfield._loo.psis_smooth`), one output at a time.  A
+    row of weight ``s_n`` is removed whole: weights ``p(t_n | w)^-s_n``.
 
     Returns
     -------
@@ -1021,6 +1059,8 @@ def psis_loo(X1, T, theta, shape, alpha, rng, n_draws=2000):
     pareto_k = np.empty_like(T)
     for m in range(T.shape[1]):
         log_w = 0.5 * alpha[m] * (T[:, m] - f[:, :, m]) ** 2
+        if sample_weight is not None:
+            log_w = log_w * sample_weight
         smoothed, k = psis_smooth(log_w)
         loo[:, m] = np.sum(np.exp(smoothed) * f[:, :, m], axis=0)
         pareto_k[:, m] = k

@@ -116,7 +116,9 @@ def params_from_precision(wbar, precision, shape):
     return np.concatenate([wbar, np.log(np.diagonal(L)), L[shape._tril]])
 
 
-def _natural_step(theta, precision, value, g_wbar, target, step, args, shape):
+def _natural_step(
+    theta, precision, value, g_wbar, target, step, args, shape, sample_weight=None
+):
     """Halve ``step`` until the natural-gradient update lowers minus the bound.
 
     Returns ``(theta, precision, value, stats, step)`` of the accepted update,
@@ -140,7 +142,13 @@ def _natural_step(theta, precision, value, g_wbar, target, step, args, shape):
             step /= 2.0
             continue
         stats = {}
-        new_value = negative_bound(new_theta, *args, return_grad=False, stats=stats)
+        new_value = negative_bound(
+            new_theta,
+            *args,
+            return_grad=False,
+            stats=stats,
+            sample_weight=sample_weight,
+        )
         if np.isfinite(new_value) and new_value <= value:
             return new_theta, new_precision, new_value, stats, step
         step /= 2.0
@@ -197,6 +205,7 @@ def fit_restart(
     seed,
     max_precision,
     task=None,
+    sample_weight=None,
 ):
     """One variational fit from one random start.
 
@@ -227,6 +236,11 @@ def fit_restart(
         around the restart and every iteration is one of its steps.  When a
         step's callback asks to stop, the restart ends there, with the state
         after that iteration.
+    sample_weight : ndarray of shape (n_samples,) or None, default=None
+        Row weights of the log-likelihood (see
+        :func:`~sklearn_meanfield.variational._erf_network.negative_bound`);
+        the convergence scale and the noise re-estimate use their sum as the
+        number of samples.
 
     Returns
     -------
@@ -264,6 +278,7 @@ def fit_restart(
             inner_max_iter=inner_max_iter,
             tol=tol,
             max_precision=max_precision,
+            sample_weight=sample_weight,
         )
         if shape.covariance == "lowrank":
             run = _lbfgs_phases
@@ -318,7 +333,8 @@ def _update_hyperparameters(value, stats, alpha, lam, groups, relax, previous, c
 
 def _natural_gradient(X1, T, shape, groups, theta, alpha, lam, reporter, settings):
     """Natural-gradient iterations; the warm-up keeps the hyperparameters."""
-    n = X1.shape[0]
+    weights = settings["sample_weight"]
+    n = X1.shape[0] if weights is None else float(np.sum(weights))
     tol, max_precision = settings["tol"], settings["max_precision"]
     precision = precision_matrix(theta, shape)
     scores = []
@@ -331,9 +347,19 @@ def _natural_gradient(X1, T, shape, groups, theta, alpha, lam, reporter, setting
     n_iter = 0
     while n_iter < settings["max_iter"]:
         args = (X1, T, alpha, lam[groups], shape)
-        value, g_wbar, target = natural_gradient_terms(theta, *args)
+        value, g_wbar, target = natural_gradient_terms(
+            theta, *args, sample_weight=weights
+        )
         accepted = _natural_step(
-            theta, precision, value, g_wbar, target, min(1.0, 2.0 * step), args, shape
+            theta,
+            precision,
+            value,
+            g_wbar,
+            target,
+            min(1.0, 2.0 * step),
+            args,
+            shape,
+            weights,
         )
         if warm_up:
             # Fit Q at the initial hyperparameters first: letting the weight
@@ -389,7 +415,8 @@ def _lbfgs_phases(X1, T, shape, groups, theta, alpha, lam, reporter, settings):
     (:func:`joint_negative_bound`), which needs far fewer phases than plain
     alternation.
     """
-    n = X1.shape[0]
+    weights = settings["sample_weight"]
+    n = X1.shape[0] if weights is None else float(np.sum(weights))
     tol, max_precision = settings["tol"], settings["max_precision"]
     n_theta = shape.n_params
     log_cap = np.log(max_precision)
@@ -400,11 +427,13 @@ def _lbfgs_phases(X1, T, shape, groups, theta, alpha, lam, reporter, settings):
     for n_iter in range(1, settings["max_iter"] + 1):
         if n_iter > 1:
             start = np.concatenate([theta, np.log(alpha), np.log(lam)])
-            objective, args, bounds = joint_negative_bound, (X1, T, shape, groups), box
+            objective, bounds = joint_negative_bound, box
+            args = (X1, T, shape, groups, weights)
         else:
             start = theta
             objective = negative_bound
-            args, bounds = (X1, T, alpha, lam[groups], shape), None
+            args = (X1, T, alpha, lam[groups], shape, True, None, weights)
+            bounds = None
         result = minimize(
             objective,
             start,
@@ -421,7 +450,15 @@ def _lbfgs_phases(X1, T, shape, groups, theta, alpha, lam, reporter, settings):
                 lam = np.exp(result.x[n_theta + alpha.size :])
         stats = {}
         value = negative_bound(
-            theta, X1, T, alpha, lam[groups], shape, return_grad=False, stats=stats
+            theta,
+            X1,
+            T,
+            alpha,
+            lam[groups],
+            shape,
+            return_grad=False,
+            stats=stats,
+            sample_weight=weights,
         )
         new_alpha, new_lam = reestimate_from_stats(stats, n, groups, max_precision)
         value = bound_at_hyperparameters(

@@ -140,7 +140,9 @@ class EnsembleLearningRegressor(
         Leave-one-out predictive means, from the cavity of each training point
         in the Gaussian approximation (no refitting).
     loo_error_ : float
-        Leave-one-out mean squared error, averaged over outputs.
+        Leave-one-out mean squared error, averaged over outputs; with
+        ``sample_weight``, the weighted mean over rows (each row left out
+        whole, whatever its weight).
     pareto_k_ : ndarray of the shape of ``y``
         PSIS tail shape per training point (only with ``loo="psis"``; above
         0.7 the estimate for that point is unreliable).
@@ -234,7 +236,7 @@ class EnsembleLearningRegressor(
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fit the Gaussian posterior and the hyperparameters.
 
         Parameters
@@ -246,6 +248,13 @@ class EnsembleLearningRegressor(
             Targets.  A constant target is a well-defined model: the
             estimator then predicts the constant, with a leave-one-out error
             of about zero.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights of the rows: row ``n``'s log-likelihood
+            enters the bound ``sample_weight[n]`` times (and so the noise
+            re-estimate and the standardisation of ``X`` and ``y``), so an
+            integer weight is the row repeated and a zero weight drops it.
+            ``loo_prediction_`` removes a row whole, whatever its weight, and
+            ``loo_error_`` is the weighted mean over rows.
 
         Returns
         -------
@@ -257,9 +266,16 @@ class EnsembleLearningRegressor(
             With fewer than two samples (nothing to standardise with, nothing
             to leave out), or invalid ``X`` or ``y`` (NaN, infinity, shape).
         """
-        X, y, _, T = self._validate_training_data(X, y)
+        X, y, _, T, sample_weight = self._validate_weighted_training_data(
+            X, y, sample_weight
+        )
         rng = check_random_state(self.random_state)
         X1 = self._augment(X)
+        # Zero-weight rows leave no trace in the fit: they are not even
+        # visited (the fit is that of the data without them); they still
+        # get a leave-one-out prediction (the full posterior's).
+        rows = slice(None) if sample_weight is None else sample_weight > 0
+        fit_weight = None if sample_weight is None else sample_weight[rows]
         shape = NetworkShape(
             X.shape[1], self.hidden_layer_size, T.shape[1], self.covariance, self.rank
         )
@@ -272,6 +288,7 @@ class EnsembleLearningRegressor(
             tol=self.tol,
             verbose=self.verbose,
             max_precision=_MAX_PRECISION,
+            sample_weight=fit_weight,
         )
         # Seeds drawn up front (as run_restarts does), one callback subtask
         # per restart, run in the restart's worker.
@@ -284,13 +301,16 @@ class EnsembleLearningRegressor(
             )
             results = run_parallel(
                 _run_restart,
-                [(X1, T, settings, int(s), t) for s, t in zip(seeds, tasks)],
+                [
+                    (X1[rows], T[rows], settings, int(s), t)
+                    for s, t in zip(seeds, tasks)
+                ],
                 n_jobs=self.n_jobs,
             )
-            self._finish(X1, T, y, shape, results, rng)
+            self._finish(X1, T, y, shape, results, rng, sample_weight)
         return self
 
-    def _finish(self, X1, T, y, shape, results, rng):
+    def _finish(self, X1, T, y, shape, results, rng, sample_weight):
         _, best = select_best(results, key=lambda r: r["bound"])
         if not (best["converged"] or best["stopped"]):
             warnings.warn(
@@ -303,7 +323,8 @@ class EnsembleLearningRegressor(
         self._alpha_std = best["alpha"]
         y_scale = self._y_scaler.scale
         # Bound in the units of y: the Jacobian of the target scaling.
-        jacobian = len(T) * np.sum(np.log(y_scale))
+        n_eff = len(T) if sample_weight is None else np.sum(sample_weight)
+        jacobian = n_eff * np.sum(np.log(y_scale))
         self.scores_ = best["scores"] - jacobian
         self.n_iter_ = int(best["n_iter"])
         self.mean_ = unpack(self._theta, shape)[0].copy()
@@ -315,15 +336,24 @@ class EnsembleLearningRegressor(
             if hasattr(self, "pareto_k_"):  # from an earlier fit with "psis"
                 del self.pareto_k_
             mean, second = output_moments(X1, self._theta, shape)
-            loo_std = cavity_loo(T, mean, second, self._alpha_std)
+            loo_std = cavity_loo(
+                T, mean, second, self._alpha_std, sample_weight=sample_weight
+            )
         else:
             loo_std, pareto_k = psis_loo(
-                X1, T, self._theta, shape, self._alpha_std, rng
+                X1,
+                T,
+                self._theta,
+                shape,
+                self._alpha_std,
+                rng,
+                sample_weight=sample_weight,
             )
             self.pareto_k_ = pareto_k.reshape(y.shape)
         loo = self._y_scaler.inverse_mean(loo_std)
         self.loo_prediction_ = loo.reshape(y.shape)
-        self.loo_error_ = float(np.mean((y - self.loo_prediction_) ** 2))
+        sq = (y - self.loo_prediction_).reshape(len(y), -1) ** 2
+        self.loo_error_ = float(np.average(sq.mean(axis=1), weights=sample_weight))
         return self
 
     def _augment(self, X):
