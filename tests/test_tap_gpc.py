@@ -1224,6 +1224,12 @@ def test_invalid_weights_are_refused():
         model.fit(X, y, sample_weight=-np.ones(10))
     with pytest.raises(ValueError, match="zero"):
         model.fit(X, y, sample_weight=np.zeros(10))
+    X3, y3 = _three_classes(12)
+    only_first = (y3 == 0).astype(float)
+    with pytest.raises(ValueError, match="one-vs-one pair"):
+        TAPGaussianProcessClassifier(optimizer=None, multi_class="one_vs_one").fit(
+            X3, y3, sample_weight=only_first
+        )
 
 
 # ------------------------------------------------- stopping by a callback

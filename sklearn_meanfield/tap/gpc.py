@@ -772,6 +772,11 @@ class TAPGaussianProcessClassifier(
             rows_all = np.arange(n) if rows is None else rows
             kept = np.isin(rows_all, keep)
             rows_kept = rows_all[kept]
+            if not kept.any():
+                raise ValueError(
+                    "Every sample of a one-vs-one pair of classes has zero weight: "
+                    "give some weight to at least all but one of the classes."
+                )
             if rows is None and kept.all():
                 rows_kept = None
             weights = None
