@@ -401,3 +401,73 @@ def test_scikit_learn_sample_weight_equivalence(covariance):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         check_sample_weight_equivalence_on_dense_data("Ensemble", model)
+
+
+# ------------------------------------------- constant, extreme and string y
+
+
+@pytest.mark.parametrize("value", [1e-6, 1.0, -3e5, 1e300, 1e-140, 1e-300])
+def test_constant_target_predicts_the_constant(value):
+    # Issue 16: y = 1e-6 everywhere gave predictions of -3.5e-3 with std 0.001.
+    X = np.random.RandomState(0).normal(size=(10, 2))
+    y = np.full(10, value)
+    model = _fit(X, y, hidden_layer_size=3)
+    grid = np.random.RandomState(1).normal(scale=3, size=(5, 2))
+    mean, std = model.predict(grid, return_std=True)
+    # A constant's scale is its magnitude, kept above 1e-150 by the shell's
+    # standardisation: the fit is exact to 1e-9 of that scale.
+    unit = max(abs(value), 1e-150)
+    np.testing.assert_allclose(mean, value, rtol=0, atol=1e-9 * unit)
+    # The uncertainty is that of a constant: tiny next to it, and in its units
+    # (BayesianRidge gives std < 0.01 |value| on these data).
+    assert np.all(np.isfinite(std)) and np.all(std < 1e-2 * unit)
+    np.testing.assert_allclose(model.loo_prediction_, value, rtol=0, atol=1e-9 * unit)
+    assert np.sqrt(model.loo_error_) <= 1e-9 * unit
+    draws = model.sample_y(grid, n_samples=3, random_state=0)
+    np.testing.assert_allclose(draws, value, rtol=0, atol=1e-2 * unit)
+
+
+@pytest.mark.parametrize("scale", [1e300, 1e200, 1e100, 1e-100, 1e-200, 1e-300])
+def test_extreme_scales_are_finite_and_right_or_refused(scale):
+    # Issue 21: one y of 1e200 gave +-inf.  Either the fit is the unit-scale
+    # fit rescaled, or a ValueError names the problem; never NaN/inf.
+    X, y = _sine(n=20, seed=5)
+    reference = _fit(X, y, hidden_layer_size=2)
+    ref_mean, ref_std = reference.predict(X, return_std=True)
+    for X_scale in (1.0, scale):
+        try:
+            model = _fit(X * X_scale, y * scale, hidden_layer_size=2)
+        except ValueError as error:
+            # Only a spread of y outside [1e-150, 1e150] is refused.
+            assert "y has a standard deviation" in str(error)
+            assert not 1e-150 <= scale <= 1e150
+            continue
+        mean, std = model.predict(X * X_scale, return_std=True)
+        assert np.all(np.isfinite(mean)) and np.all(np.isfinite(std))
+        np.testing.assert_allclose(mean / scale, ref_mean, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(std / scale, ref_std, rtol=1e-6)
+        assert np.isfinite(model.loo_error_) and np.all(np.isfinite(model.scores_))
+    outlier = y.copy()
+    outlier[3] = 1e200
+    try:
+        model = _fit(X, outlier, hidden_layer_size=2)
+    except ValueError as error:
+        assert "standard deviation" in str(error)
+    else:
+        mean, std = model.predict(X, return_std=True)
+        assert np.all(np.isfinite(mean)) and np.all(np.isfinite(std))
+
+
+def test_numeric_string_targets_are_converted_or_refused_up_front():
+    X, y = _sine(n=12, seed=6)
+    as_strings = np.array([repr(float(v)) for v in y])
+    np.testing.assert_array_equal(
+        _fit(X, as_strings, hidden_layer_size=2).predict(X),
+        _fit(X, y, hidden_layer_size=2).predict(X),
+    )
+    bad = as_strings.copy()
+    bad[4] = "four"
+    model = EnsembleLearningRegressor(hidden_layer_size=2, max_iter=10**6, n_restarts=1)
+    with pytest.raises(ValueError, match="numeric"):
+        model.fit(X, bad)  # refused before any work: max_iter would take hours
+    assert not hasattr(model, "mean_")
