@@ -999,6 +999,14 @@ def test_one_vs_one_combines_pairwise_problems_as_scikit_learn_does():
         model.predict_proba(X_new), pairwise_coupling(pairwise, 3), rtol=1e-12
     )
     assert model.score(X, y) > 0.9
+    # The pairs fitted in worker processes give the same model.
+    parallel = TAPGaussianProcessClassifier(
+        kernel, optimizer=None, multi_class="one_vs_one", n_jobs=2
+    ).fit(X, y)
+    np.testing.assert_allclose(
+        parallel.predict_proba(X_new), model.predict_proba(X_new), rtol=1e-9
+    )
+    np.testing.assert_allclose(parallel.loo_proba_, model.loo_proba_, rtol=1e-9)
 
 
 def test_one_vs_one_leave_one_out_matches_brute_force_refits():
@@ -1355,3 +1363,22 @@ def test_scikit_learn_sample_weight_equivalence_check_passes():
     # to well below that.
     model = TAPGaussianProcessClassifier(optimizer=None, tol=1e-8)
     check_sample_weight_equivalence_on_dense_data("TAPGaussianProcessClassifier", model)
+
+
+def test_a_passed_deadline_stops_every_problem_in_its_worker():
+    pytest.importorskip("sklearn.callback")
+    import time
+
+    X, y = _three_classes(30, 0)
+    kernel = C(1.0) * RBF(1.0)
+    model = TAPGaussianProcessClassifier(kernel, n_jobs=2)
+    # A wall-clock budget already spent: every problem, in its worker, stops
+    # at its first evaluation and keeps it, and its solve at the first sweep.
+    model.set_callbacks(_Deadline(-np.inf, time.monotonic))
+    with pytest.warns(ConvergenceWarning, match="callback asked the fit to stop"):
+        model.fit(X, y)
+    np.testing.assert_array_equal(model.kernel_.theta, np.tile(kernel.theta, 3))
+    assert model.n_iter_ == 1
+    proba = model.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    assert model.score(X, y) > 0.7
