@@ -334,3 +334,82 @@ def test_weighted_error_rate_counts_each_point_by_its_weight():
     pred = np.array([1, 1, 0, 0])
     assert weighted_error_rate(y, pred, np.array([3.0, 1.0, 1.0, 5.0])) == 0.4
     assert weighted_error_rate(y, pred) == 0.5
+
+
+# ------------------------------------------ weights below one (the step)
+
+
+def test_noise_free_step_weights_below_one_change_nothing():
+    # Theta**w = Theta: a noise-free step site of weight below one is the
+    # unweighted site (plain EP on p**w), not a power above one.  Before,
+    # weights 0.3 left improper cavities and a perceptron that fitted
+    # nothing (training accuracy 0.2).
+    X, t, w = _problem(16, 9)
+    K = (C(2.0) * RBF(0.9))(X)
+    likelihood = make_likelihood("step", 0.0)
+    plain = expectation_propagation(KernelPosterior(K), t, likelihood, **TIGHT)
+    light = expectation_propagation(
+        KernelPosterior(K), t, likelihood, site_weights=w / 4.0, **TIGHT
+    )
+    assert light.converged
+    np.testing.assert_allclose(light.tau, plain.tau, rtol=1e-8)
+    np.testing.assert_allclose(light.nu, plain.nu, rtol=1e-8)
+    assert light.log_evidence == pytest.approx(plain.log_evidence, rel=1e-9)
+
+
+def test_noisy_step_weights_below_one_are_ep_on_the_powered_likelihood():
+    # (k + (1 - 2k) Theta)**w = c * noisy step with label noise k_w, so equal
+    # weights w < 1 give unweighted EP with k_w; the evidence adds n log c.
+    X, t, _ = _problem(16, 10)
+    K = (C(2.0) * RBF(0.9))(X)
+    kappa, w = 0.1, 0.4
+    kappa_w = kappa**w / (kappa**w + (1 - kappa) ** w)
+    light = expectation_propagation(
+        KernelPosterior(K),
+        t,
+        make_likelihood("step", kappa),
+        site_weights=np.full(16, w),
+        **TIGHT,
+    )
+    reference = expectation_propagation(
+        KernelPosterior(K), t, make_likelihood("step", kappa_w), **TIGHT
+    )
+    np.testing.assert_allclose(light.tau, reference.tau, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(light.mean, reference.mean, rtol=1e-8)
+    log_c = np.log(kappa**w + (1 - kappa) ** w)
+    assert light.log_evidence == pytest.approx(
+        reference.log_evidence + 16 * log_c, rel=1e-9
+    )
+
+
+def test_mixed_weights_evidence_gradients_match_finite_differences():
+    # Weights on both sides of one (power 1 / w above, plain EP on p**w
+    # below): the evidence is stationary in the sites, its gradients in the
+    # kernel and in the label noise are the explicit ones.
+    X, t, w = _problem(14, 11)
+    w = w * np.where(np.arange(14) % 2 == 0, 0.35, 1.0)
+    assert np.any(w < 1) and np.any(w > 1)
+    K0 = RBF(0.9)(X)
+
+    def solve(log_amplitude, kappa):
+        return expectation_propagation(
+            KernelPosterior(np.exp(log_amplitude) * K0),
+            t,
+            make_likelihood("step", kappa),
+            site_weights=w,
+            **TIGHT,
+        )
+
+    theta, kappa, h = 0.4, 0.1, 1e-6
+    solution = solve(theta, kappa)
+    assert solution.converged
+    gradient = ep_evidence_gradient(solution, (np.exp(theta) * K0)[..., None])[0]
+    numeric = (
+        solve(theta + h, kappa).log_evidence - solve(theta - h, kappa).log_evidence
+    ) / (2 * h)
+    assert gradient == pytest.approx(numeric, rel=1e-6, abs=1e-8)
+    analytic = ep_label_noise_gradient(solution, t, make_likelihood("step", kappa))
+    numeric = (
+        solve(theta, kappa + h).log_evidence - solve(theta, kappa - h).log_evidence
+    ) / (2 * h)
+    assert analytic == pytest.approx(numeric, rel=1e-6)

@@ -632,3 +632,18 @@ def test_callback_stop_keeps_the_best_iterate_and_warns():
     np.testing.assert_allclose(stopped.coef_[0], weights[:8] / np.sqrt(8), rtol=1e-12)
     assert np.all(np.isfinite(stopped.predict_proba(X)))
     assert not np.allclose(stopped.coef_, full.coef_, rtol=1e-3)
+
+
+def test_weights_below_one_keep_the_noise_free_fit():
+    # Regression: class-0 weights 0.3 on noise-free data used to give a
+    # power above one in EP, improper cavities and a model predicting one
+    # class (training accuracy 0.22).  Theta**0.3 = Theta: the fit is the
+    # unweighted one.
+    X, y, _, _, teacher = _teacher_data(60, 10, 3)
+    y = (X @ teacher > 0.8 * np.linalg.norm(teacher)).astype(int)
+    sample_weight = np.where(y == 0, 0.3, 1.0)
+    params = dict(label_noise=0.0, tol=1e-10)
+    weighted = TAPPerceptronClassifier(**params).fit(X, y, sample_weight=sample_weight)
+    plain = TAPPerceptronClassifier(**params).fit(X, y)
+    np.testing.assert_allclose(weighted.coef_, plain.coef_, rtol=1e-7)
+    assert weighted.score(X, y) == 1.0

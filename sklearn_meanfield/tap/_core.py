@@ -684,10 +684,15 @@ def expectation_propagation(
         ``cavity_mean``/``cavity_var``/``log_z`` remove the *whole* weighted
         site (the fit without point ``i``: leave-one-out); the one-copy
         cavities are ``copy_cavity_mean``/``copy_cavity_var``.  None, or all
-        ones, is the unweighted iteration, bit for bit.  Weights below one
-        give powers above one, whose cavities may be improper where a site
-        outweighs the rest of the posterior; zero weights are refused (drop
-        the points, see :func:`positive_site_weights`).
+        ones, is the unweighted iteration, bit for bit.  A weight below
+        ``power`` would need a power above one (a cavity removing more than
+        the site, improper where the site outweighs the rest of the
+        posterior): when ``likelihood.powered(e)`` exists (the noisy step,
+        whose powers are noisy steps) such a site is plain EP on its factor
+        ``p**w_i`` instead, the tilted distribution holding
+        ``likelihood**(w_i / power)``; for other likelihoods the power above
+        one is kept.  Zero weights are refused
+        (drop the points, see :func:`positive_site_weights`).
     honour_stop : bool, default=False
         Stop (not converged, the best iterate kept, ``stopped=True``) when
         ``reporter`` returns True for a sweep, i.e. when a scikit-learn
@@ -716,8 +721,9 @@ def expectation_propagation(
     """
     n = posterior.n
     w = _check_site_weights(site_weights, n)
-    # Per-site power of power EP: power / w removes one copy of a weighted site.
-    site_power = power if w is None else power / w
+    # Per-site power of power EP (power / w removes one copy of a weighted
+    # site) and the likelihood of the tilted distributions.
+    site_power, tilted = _tilted_sites(likelihood, w, power)
     tau = np.zeros(n) if tau is None else np.array(tau, dtype=float)
     nu = np.zeros(n) if nu is None else np.array(nu, dtype=float)
     warm_starts = [(tau, nu)]
@@ -748,7 +754,7 @@ def expectation_propagation(
         valid = cavity_tau > 0
         cavity_var = np.where(valid, 1.0 / np.where(valid, cavity_tau, 1.0), 1.0)
         cavity_mean = cavity_nu * cavity_var
-        log_z, first, second = likelihood.moments(t, cavity_mean, cavity_var)
+        log_z, first, second = tilted.moments(t, cavity_mean, cavity_var)
         denominator = site_power * _tilted_variance_ratio(cavity_var, second)
         proposed_tau = second / denominator
         proposed_nu = (first + cavity_mean * second) / denominator
@@ -760,8 +766,14 @@ def expectation_propagation(
         if w is None:
             residual = _residual(posterior, solution, new_tau, new_nu, tau, nu)
         else:  # measured on one copy, as for the repeated points
+            share = np.minimum(1.0, 1.0 / w)
             residual = _residual(
-                posterior, solution, new_tau / w, new_nu / w, tau / w, nu / w
+                posterior,
+                solution,
+                share * new_tau,
+                share * new_nu,
+                share * tau,
+                share * nu,
             )
         state = (residual, tau, nu, solution)
         if best is None or residual < best[0]:
@@ -942,7 +954,8 @@ def _finish(
     # no proper cavity; those points fall back on their posterior marginal.
     invalid = ~(cavity_tau > 0)
     if w is not None:
-        copy_tau, copy_nu = _cavities(solution, tau / w, nu / w)
+        beta, tilted = _tilted_sites(likelihood, w, 1.0)
+        copy_tau, copy_nu = _cavities(solution, beta * tau, beta * nu)
         invalid |= ~(copy_tau > 0)
     if np.any(invalid):
         tau = np.where(invalid, 0.0, tau)
@@ -975,7 +988,7 @@ def _finish(
         copy_mean = copy_nu * copy_var
         copy_log_z = log_z
         if copy_log_z is None:
-            copy_log_z, _, _ = likelihood.moments(t, copy_mean, copy_var)
+            copy_log_z, _, _ = tilted.moments(t, copy_mean, copy_var)
         log_evidence = ep_log_evidence(
             copy_log_z,
             tau,
@@ -985,7 +998,7 @@ def _finish(
             solution.mean,
             solution.var,
             solution.logdet,
-            site_weights=w,
+            site_weights=1.0 / beta,
         )
         # Leave-one-out: the whole weighted site removed.
         log_z, _, _ = likelihood.moments(t, cavity_mean, cavity_var)
@@ -1006,6 +1019,33 @@ def _finish(
         copy_cavity_mean=copy_mean,
         copy_cavity_var=copy_var,
     )
+
+
+def _tilted_sites(likelihood, w, power):
+    """Per-site power ``beta`` of power EP and the tilted distributions'
+    likelihood, for site weights ``w`` (None: unweighted) and ``power``.
+
+    Site ``i`` approximates ``p**w_i`` with power ``beta_i = min(1, power /
+    w_i)``: its cavity removes ``beta_i`` of the site and its tilted
+    distribution holds ``p**min(w_i, power)``.  For ``w_i >= power`` that is
+    ``likelihood`` itself (``p**power`` by contract; an integer weight is
+    then exactly its repeated copies).  A weight below ``power`` would ask
+    for a power above one (a cavity removing more than the site, improper
+    where the site outweighs the rest of the posterior: a noise-free step
+    with weights 0.3 fitted nothing); when the likelihood can be raised to a
+    power (``likelihood.powered(e)``, the step) it is plain EP on
+    ``p**w_i`` instead, else the power above one is kept.
+    """
+    if w is None:
+        return power, likelihood
+    exponent = np.minimum(w, power) / power
+    powered = getattr(likelihood, "powered", None)
+    tempered = None
+    if powered is not None and np.any(exponent < 1.0):
+        tempered = powered(exponent)
+    if tempered is None:
+        return power / w, likelihood
+    return np.minimum(1.0, power / w), tempered
 
 
 def _check_site_weights(site_weights, n):
@@ -1390,7 +1430,8 @@ def ep_label_noise_gradient(solution, t, likelihood):
                 )
             )
         )
-    per_copy = likelihood.label_noise_gradient(
+    beta, tilted = _tilted_sites(likelihood, solution.site_weights, 1.0)
+    per_copy = tilted.label_noise_gradient(
         t, solution.copy_cavity_mean, solution.copy_cavity_var
     )
-    return float(solution.site_weights @ per_copy)
+    return float(np.sum(per_copy / beta))

@@ -19,6 +19,7 @@ from .._gaussian import (
 
 __all__ = [
     "NoisyStepLikelihood",
+    "PoweredNoisyStep",
     "LogisticLikelihood",
     "GaussianLikelihood",
     "make_likelihood",
@@ -169,6 +170,101 @@ class NoisyStepLikelihood:
         """``p(t = +1)`` for a Gaussian field ``N(mean, var)``."""
         z = mean / np.sqrt(var + self.sigma**2)
         return np.exp(log_noisy_step(z, self.label_noise))
+
+    def powered(self, exponent):
+        """The likelihood raised to ``exponent`` (per site), or None.
+
+        Only the step (``sigma = 0``) has such a closed form: a noisy step
+        raised to a power is again a noisy step times a constant
+        (:class:`PoweredNoisyStep`).  The EP core uses it for sites of weight
+        below one (see :func:`~sklearn_meanfield.tap._core.expectation_propagation`).
+
+        Parameters
+        ----------
+        exponent : ndarray of shape (n,)
+            Exponents in ``(0, 1]``.
+
+        Returns
+        -------
+        PoweredNoisyStep or None
+        """
+        if self.sigma != 0.0:
+            return None
+        return PoweredNoisyStep(self.label_noise, exponent)
+
+
+class PoweredNoisyStep:
+    """``p(t | h)**e`` for the noisy step ``p = kappa + (1 - 2 kappa) Theta(t h)``.
+
+    ``(k + (1 - 2k) Theta)**e = k**e + ((1 - k)**e - k**e) Theta``, i.e.
+    ``c`` times a noisy step with label noise ``k_e = k**e / c``, ``c = k**e +
+    (1 - k)**e``; without label noise ``Theta**e = Theta``.  The exponent may
+    differ from site to site.
+
+    Parameters
+    ----------
+    label_noise : float in [0, 0.5)
+        The label noise ``kappa`` of the likelihood before the power.
+    exponent : ndarray of shape (n,)
+        The power of each site's likelihood, in ``(0, 1]``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from scipy.stats import norm
+    >>> from sklearn_meanfield.tap._likelihoods import PoweredNoisyStep
+    >>> kappa, e, m, v = 0.1, np.array([0.5]), np.array([0.3]), np.array([2.0])
+    >>> log_z, _, _ = PoweredNoisyStep(kappa, e).moments(np.array([1.0]), m, v)
+    >>> p = norm.cdf(m / np.sqrt(v))  # E[(kappa + (1 - 2 kappa) Theta)**e]
+    >>> exact = kappa**e * (1 - p) + (1 - kappa) ** e * p
+    >>> bool(np.allclose(np.exp(log_z), exact))
+    True
+    """
+
+    def __init__(self, label_noise, exponent):
+        self.label_noise = float(label_noise)
+        self.exponent = np.asarray(exponent, dtype=float)
+        if self.label_noise == 0.0:
+            self._noise = np.zeros_like(self.exponent)
+            self._log_c = np.zeros_like(self.exponent)
+        else:
+            log_k = self.exponent * np.log(self.label_noise)
+            log_1k = self.exponent * np.log1p(-self.label_noise)
+            self._log_c = np.logaddexp(log_k, log_1k)
+            self._noise = np.exp(log_k - self._log_c)
+
+    def moments(self, t, cavity_mean, cavity_var):
+        """Same contract as :meth:`NoisyStepLikelihood.moments`."""
+        sqrt_v = np.sqrt(cavity_var)
+        z = t * cavity_mean / sqrt_v
+        noise = self._noise
+        log_phi = log_ndtr(z)
+        with np.errstate(divide="ignore"):
+            log_noise = np.log(noise)
+        log_step = np.logaddexp(log_noise, np.log1p(-2.0 * noise) + log_phi)
+        # d log(k + (1 - 2k) Phi(z)) / dz = (1 - 2k) phi(z) / (k + (1 - 2k) Phi(z))
+        log_pdf = -0.5 * z * z - LOG_SQRT_2PI
+        dlog_z = np.exp(np.log1p(-2.0 * noise) + log_pdf - log_step)
+        first = t * dlog_z / sqrt_v
+        noisy = first * (first + cavity_mean / cavity_var)
+        clean = _log_phi_curvature(z, dlog_z) / cavity_var
+        second = np.where(noise > 0, noisy, clean)
+        return log_step + self._log_c, first, second
+
+    def label_noise_gradient(self, t, cavity_mean, cavity_var):
+        """``d log E[p**e] / d kappa`` of each point, at fixed cavities.
+
+        ``E[p**e] = k**e (1 - Phi) + (1 - k)**e Phi``, so the derivative is
+        ``e (k**(e-1) (1 - Phi) - (1 - k)**(e-1) Phi) / E[p**e]``.
+        """
+        k, e = self.label_noise, self.exponent
+        z = t * cavity_mean / np.sqrt(cavity_var)
+        log_phi, log_phi_c = log_ndtr(z), log_ndtr(-z)
+        log_z = np.logaddexp(e * np.log(k) + log_phi_c, e * np.log1p(-k) + log_phi)
+        return e * (
+            np.exp((e - 1) * np.log(k) + log_phi_c - log_z)
+            - np.exp((e - 1) * np.log1p(-k) + log_phi - log_z)
+        )
 
 
 class LogisticLikelihood:
