@@ -647,3 +647,38 @@ def test_weights_below_one_keep_the_noise_free_fit():
     plain = TAPPerceptronClassifier(**params).fit(X, y)
     np.testing.assert_allclose(weighted.coef_, plain.coef_, rtol=1e-7)
     assert weighted.score(X, y) == 1.0
+
+
+@pytest.mark.parametrize("fmt", ["dense", "csr"])
+def test_identical_samples_are_grouped_exactly(fmt):
+    from scipy import sparse
+
+    from sklearn_meanfield.tap.perceptron import _merge_duplicates
+
+    rng = np.random.RandomState(12)
+    base = np.where(rng.rand(30, 4) < 0.4, 0.0, rng.randn(30, 4))
+    labels = rng.randint(0, 3, size=30)
+    pick = rng.randint(0, 30, size=80)
+    X, y = base[pick].copy(), labels[pick].copy()
+    X[X == 0.0] = np.where(rng.rand(np.sum(X == 0.0)) < 0.5, -0.0, 0.0)
+    y[:5] = (y[:5] + 1) % 3  # same inputs, other label: other groups
+    weights = rng.randint(0, 3, size=80).astype(float)
+    keep = np.flatnonzero(weights > 0)
+    merged = _merge_duplicates(
+        sparse.csr_matrix(X) if fmt == "csr" else X, y, keep, weights
+    )
+    # Brute force: the first kept sample with the same inputs and label.
+    first = {}
+    expected = [first.setdefault((tuple(X[j] + 0.0), y[j]), j) for j in keep]
+    groups = merged["rows"][merged["group"]]
+    np.testing.assert_array_equal(groups, expected)
+    totals = {j: weights[keep][np.array(expected) == j].sum() for j in set(expected)}
+    np.testing.assert_allclose(
+        merged["site_weights"], [totals[j] for j in merged["rows"]]
+    )
+    np.testing.assert_allclose(
+        merged["share"], weights[keep] / merged["site_weights"][merged["group"]]
+    )
+    assert list(merged["rows"]) == sorted(merged["rows"])
+    distinct = _merge_duplicates(base, labels, np.arange(30), None)
+    assert distinct is None

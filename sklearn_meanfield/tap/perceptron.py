@@ -980,33 +980,40 @@ def _merge_duplicates(X, y_index, keep, weights):
     """
     if len(keep) < 2:
         return None
-    if sparse.issparse(X):
-        rows = sparse.csr_array(X[keep])
+    rows = X[keep]
+    labels = y_index[keep]
+    if sparse.issparse(rows):
+        rows = sparse.csr_array(rows)
         rows.eliminate_zeros()
         rows.sort_indices()
+    # Exact integer hashes of the rows' bits (+0.0 turns -0.0 into 0.0):
+    # only rows whose hashes collide are compared.
+    keys = _row_hashes(rows, labels)
+    _, key_index, key_counts = np.unique(keys, return_inverse=True, return_counts=True)
+    candidates = np.flatnonzero(key_counts[key_index] > 1)
+    if len(candidates) == 0:
+        return None
+    inverse = np.arange(len(keep))  # each sample its own group ...
+    if sparse.issparse(rows):
         seen = {}
-        inverse = np.empty(len(keep), dtype=int)
-        for j in range(len(keep)):
+        for j in candidates:
             part = slice(rows.indptr[j], rows.indptr[j + 1])
             key = (
-                int(y_index[keep[j]]),
+                int(labels[j]),
                 rows.indices[part].tobytes(),
-                (rows.data[part] + 0.0).tobytes(),  # -0.0 as 0.0
+                (rows.data[part] + 0.0).tobytes(),
             )
-            inverse[j] = seen.setdefault(key, len(seen))
-        n_groups = len(seen)
+            inverse[j] = seen.setdefault(key, j)
     else:
-        table = np.column_stack([X[keep], y_index[keep]]) + 0.0
-        _, first, inverse = np.unique(
+        # ... except identical candidates, grouped under their first one.
+        table = np.column_stack([rows[candidates], labels[candidates]]) + 0.0
+        _, first, groups = np.unique(
             table, axis=0, return_index=True, return_inverse=True
         )
-        inverse = inverse.ravel()
-        n_groups = len(first)
-        # Groups in order of their first sample.
-        order = np.argsort(first)
-        rank = np.empty(n_groups, dtype=int)
-        rank[order] = np.arange(n_groups)
-        inverse = rank[inverse]
+        inverse[candidates] = candidates[first[groups.ravel()]]
+    # Groups numbered in order of their first sample.
+    _, inverse = np.unique(inverse, return_inverse=True)
+    n_groups = int(inverse.max()) + 1
     if n_groups == len(keep):
         return None
     kept_weights = np.ones(len(keep)) if weights is None else weights[keep]
@@ -1020,6 +1027,31 @@ def _merge_duplicates(X, y_index, keep, weights):
         "group": inverse,
         "share": kept_weights / totals[inverse],
     }
+
+
+def _row_hashes(rows, labels):
+    """A 64-bit integer hash of each row's float bits and label.
+
+    Integer arithmetic (wrapping modulo 2**64) is exact in any order, so
+    identical rows get identical hashes whatever the memory layout.
+    """
+    n_rows, n_cols = rows.shape
+    multipliers = np.random.RandomState(0).randint(
+        1, 2**62, size=n_cols + 1, dtype=np.uint64
+    ) * np.uint64(2) + np.uint64(1)
+    if sparse.issparse(rows):
+        bits = (rows.data + 0.0).view(np.uint64)
+        contributions = np.append(
+            bits * multipliers[rows.indices] + multipliers[(rows.indices + 7) % n_cols],
+            np.uint64(0),
+        )
+        starts = rows.indptr[:-1]
+        sums = np.add.reduceat(contributions, starts)
+        hashes = np.where(np.diff(rows.indptr) > 0, sums, np.uint64(0))
+    else:
+        bits = np.ascontiguousarray(rows + 0.0).view(np.uint64)
+        hashes = (bits * multipliers[:n_cols]).sum(axis=1, dtype=np.uint64)
+    return hashes + labels.astype(np.uint64) * multipliers[n_cols]
 
 
 def _partial_cavity(solution, group, share):
