@@ -90,6 +90,8 @@ def test_write_parameters():
     clf.intercept_[:] = 0
     assert_allclose(clf.decision_function(X_TOY), 0.0)
     assert_allclose(clf.predict_proba(X_TOY), 0.5)
+    # A zero decision value predicts the first class (liblinear's test).
+    assert_array_equal(clf.predict(X_TOY), [0, 0, 0])
 
 
 def test_nan():
