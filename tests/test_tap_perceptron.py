@@ -682,3 +682,24 @@ def test_identical_samples_are_grouped_exactly(fmt):
     assert list(merged["rows"]) == sorted(merged["rows"])
     distinct = _merge_duplicates(base, labels, np.arange(30), None)
     assert distinct is None
+
+
+def test_all_zero_inputs_without_intercept_are_left_out():
+    # Regression: a sample whose inputs are all zero has a field that is
+    # identically zero without an intercept (prior variance 0); its site
+    # broke the equations (3 sweeps, training accuracy 0.65, NaN in
+    # loo_proba_).  Its likelihood does not depend on w, so the fit is the
+    # fit without it, and its leave-one-out prediction is the model's, 1/2.
+    X, y, _, _, _ = _teacher_data(60, 5, 13, flip=0.05)
+    X[[4, 17]] = 0.0
+    params = dict(fit_intercept=False, tol=1e-10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = TAPPerceptronClassifier(**params).fit(X, y)
+    others = np.setdiff1d(np.arange(60), [4, 17])
+    reference = TAPPerceptronClassifier(**params).fit(X[others], y[others])
+    np.testing.assert_allclose(model.coef_, reference.coef_, rtol=1e-12)
+    np.testing.assert_allclose(model.loo_proba_[others], reference.loo_proba_)
+    np.testing.assert_allclose(model.loo_proba_[[4, 17]], 0.5)
+    with pytest.raises(ValueError, match="inputs are zero"):
+        TAPPerceptronClassifier(fit_intercept=False).fit(np.zeros((4, 2)), [0, 1, 0, 1])

@@ -691,12 +691,31 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         n_classes = len(self.classes_)
         rng = check_random_state(self.random_state)
         weights = self._sample_weights(y, sample_weight, X)
+        error_weights = weights  # loo_error_ counts every sample by its weight
+        self._input_scale = self._scale_inputs(X)
+        Phi = self._design(X)
+        # A sample whose field is identically zero (all-zero inputs, no
+        # intercept) has a likelihood that does not depend on w: it is left
+        # out of the equations like a weight of zero (its site would have
+        # zero prior variance and no cavity).
+        informative = _row_norms_squared(Phi) > 0
+        if not np.all(informative):
+            if not np.any(informative):
+                raise ValueError(
+                    "Every sample's inputs are zero and there is no intercept: "
+                    "the labels say nothing about the weights."
+                )
+            weights = np.ones(X.shape[0]) if weights is None else weights
+            weights = np.where(informative, weights, 0.0)
+            if not np.any(weights > 0):
+                raise ValueError(
+                    "Every sample with nonzero inputs has weight zero: there "
+                    "is nothing to fit."
+                )
         keep, site_weights = positive_site_weights(weights, X.shape[0])
         merged = _merge_duplicates(X, y_index, keep, weights)
         if merged is not None:
             keep, site_weights = merged["rows"], merged["site_weights"]
-        self._input_scale = self._scale_inputs(X)
-        Phi = self._design(X)
         if len(keep) < X.shape[0]:
             Phi = Phi[keep]
         n_samples, n_weights = Phi.shape
@@ -725,7 +744,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
             problems = self._fit_problems(
                 Phi, targets, site_weights, config, seeds, tasks
             )
-            self._store(X, y, problems, keep, weights, dtype, merged)
+            self._store(X, y, problems, keep, error_weights, dtype, merged)
         return self
 
     def _fit_problems(self, Phi, targets, site_weights, config, seeds, tasks):
