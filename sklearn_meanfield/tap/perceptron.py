@@ -44,6 +44,7 @@ from ._multiclass import (
     one_vs_rest_targets,
     positive_to_proba,
 )
+from ._weight_space import _row_norms_squared
 
 __all__ = ["TAPPerceptronClassifier"]
 
@@ -366,12 +367,6 @@ def _fit_binary_solve(Phi, t, w, config, seed, n_jobs, reporter):
         "variance_model": variance_model,
         "solution": solution,
     }
-
-
-def _row_norms_squared(Phi):
-    if sparse.issparse(Phi):
-        return np.asarray(Phi.multiply(Phi).sum(axis=1), dtype=float).ravel()
-    return np.einsum("ij,ij->i", Phi, Phi)
 
 
 class _DualFieldVariance:
