@@ -471,3 +471,104 @@ def test_numeric_string_targets_are_converted_or_refused_up_front():
     with pytest.raises(ValueError, match="numeric"):
         model.fit(X, bad)  # refused before any work: max_iter would take hours
     assert not hasattr(model, "mean_")
+
+
+# -------------------------------------------------------------- memory guard
+
+
+def test_memory_guard_refuses_a_huge_fit_up_front():
+    # Issue 21: 8 hidden units on 5000 inputs is one 12 GiB matrix per copy
+    # (40016 weights); the fit ran for minutes at 13 GB.  Refused before any
+    # large allocation, naming the size and the families that would fit.
+    import tracemalloc
+
+    X = np.random.RandomState(0).normal(size=(20, 5000))
+    y = X[:, 0]
+    model = EnsembleLearningRegressor()
+    tracemalloc.start()
+    try:
+        with pytest.raises(MemoryError) as error:
+            model.fit(X, y)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    message = str(error.value)
+    assert "40016 weights" in message and "GiB" in message
+    assert "covariance='diag'" in message and "covariance='lowrank'" in message
+    assert peak < 50 * 2**20
+    assert not hasattr(model, "mean_")
+
+
+def test_memory_guard_counts_concurrent_restarts(monkeypatch):
+    from sklearn_meanfield import _memory
+    from sklearn_meanfield.variational._erf_network import NetworkShape
+    from sklearn_meanfield.variational._optimise import fit_memory_bytes
+
+    X, y = _sine(n=30, seed=7)
+    one = fit_memory_bytes(30, NetworkShape(1, 3, 1, "full"))
+    # Room for one restart at a time, not for two.
+    monkeypatch.setattr(_memory, "available_memory_bytes", lambda: 1.5 * one / 0.8)
+    params = dict(hidden_layer_size=3, n_restarts=2, max_iter=2)
+    with pytest.raises(MemoryError, match="2 restart"):
+        _fit(X, y, n_jobs=2, **params)
+    _fit(X, y, n_jobs=1, **params)
+
+
+def _traced_peak(function):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        result = function()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_fit_memory_estimate_bounds_the_measured_peak():
+    from sklearn_meanfield.variational._erf_network import NetworkShape
+    from sklearn_meanfield.variational._optimise import fit_memory_bytes
+
+    rng = np.random.RandomState(0)
+    X = rng.normal(size=(20, 200))
+    y = X[:, 0] + 0.1 * rng.normal(size=20)
+    for covariance in ("full", "diag", "lowrank"):
+        # Untraced first: lazy imports and caches are not the fit's memory.
+        _fit(X[:, :3], y, hidden_layer_size=3, max_iter=2, covariance=covariance)
+        _, peak = _traced_peak(
+            lambda cov=covariance: _fit(
+                X, y, hidden_layer_size=3, max_iter=2, inner_max_iter=2, covariance=cov
+            )
+        )
+        estimate = fit_memory_bytes(20, NetworkShape(200, 3, 1, covariance))
+        # An upper estimate, and not a wild one.
+        assert peak <= estimate <= 4 * peak + 2**20, (covariance, peak, estimate)
+
+
+@pytest.mark.parametrize("covariance", ["diag", "lowrank"])
+def test_diag_and_lowrank_never_build_the_weight_matrix(covariance):
+    # d = 2000, 3 hidden units: 6006 weights, one 6006^2 matrix is 289 MB.
+    # Fit, predict (with std), sample_y and leave-one-out stay far below it.
+    rng = np.random.RandomState(0)
+    X = rng.normal(size=(20, 2000))
+    y = X[:, 0] + 0.1 * rng.normal(size=20)
+    k = 3 * 2001 + 3
+    matrix = 8 * k * k
+
+    def run():
+        model = _fit(
+            X,
+            y,
+            hidden_layer_size=3,
+            max_iter=2,
+            inner_max_iter=2,
+            covariance=covariance,
+        )
+        model.predict(X, return_std=True)
+        model.sample_y(X[:5], n_samples=10)
+        return model
+
+    model, peak = _traced_peak(run)
+    assert model.mean_.shape == (k,)
+    assert peak < 0.1 * matrix, peak / matrix
+    assert np.isfinite(model.loo_error_)

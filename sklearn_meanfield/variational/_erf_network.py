@@ -50,6 +50,8 @@ __all__ = [
 
 _LOG_2PI = np.log(2.0 * np.pi)
 _SQRT2 = np.sqrt(2.0)
+# Working memory of output_moments per chunk of rows.
+_PREDICT_CHUNK_BYTES = 64 * 2**20
 # Arguments of the bivariate normal CDF below this size are moved to it.
 _TINY = 1e-30
 
@@ -309,8 +311,7 @@ class NetworkShape:
         k = self.n_weights
         if covariance == "full":
             self.rank = k
-            self._tril = np.tril_indices(k, -1)
-            self.n_params = k + k + len(self._tril[0])
+            self.n_params = k + k + k * (k - 1) // 2
         elif covariance == "lowrank":
             self.rank = int(min(rank, k))
             self.n_params = 2 * k + k * self.rank
@@ -319,6 +320,17 @@ class NetworkShape:
             self.n_params = 2 * k
         else:
             raise ValueError(f"unknown covariance {covariance!r}")
+
+    @property
+    def _tril(self):
+        """Indices of the strictly lower triangle of ``L`` (full family).
+
+        Built on first use: ``k (k - 1)`` indices, so that a shape can be
+        sized (and a fit refused) without them.
+        """
+        if not hasattr(self, "_tril_cache"):
+            self._tril_cache = np.tril_indices(self.n_weights, -1)
+        return self._tril_cache
 
 
 def unpack(theta, shape):
@@ -448,6 +460,44 @@ def _local(X1, wbar, C, shape):
     return dict(Ubar=Ubar, Vbar=Vbar, abar=abar, S=S, c=c, D=D)
 
 
+def _local_factored(X1, wbar, diag, F, shape):
+    """:func:`_local` for ``C = diag(diag) + F F^T`` without forming ``C``.
+
+    With ``A_nir = sum_p x_np F[(i, p), r]`` (the activations' loadings):
+    ``S_nij = A_ni . A_nj + [i = j] sum_p x_np^2 d_(i,p)^2``,
+    ``c_nmki = F[v_km] . A_ni`` (the diagonal part couples no ``v`` to a
+    ``u``) and ``D_mkl = F[v_km] . F[v_lm] + [k = l] d_(v_km)^2``: memory
+    ``O(n H r + k r)`` instead of ``k^2``.
+    """
+    H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
+    n_u = shape.n_u
+    Ubar = wbar[:n_u].reshape(H, P)
+    Vbar = wbar[n_u:].reshape(H, M)
+    abar = X1 @ Ubar.T
+    r = F.shape[1]
+    Fu = F[:n_u].reshape(H, P, r)
+    Fv = F[n_u:].reshape(H, M, r)
+    A = np.einsum("np,ipr->nir", X1, Fu)
+    S = np.einsum("nir,njr->nij", A, A)
+    idx = np.arange(H)
+    S[:, idx, idx] += (X1 * X1) @ diag[:n_u].reshape(H, P).T
+    c = np.einsum("kmr,nir->nmki", Fv, A)
+    D = np.einsum("kmr,lmr->mkl", Fv, Fv)
+    D[:, idx, idx] += diag[n_u:].reshape(H, M).T
+    return dict(Ubar=Ubar, Vbar=Vbar, abar=abar, S=S, c=c, D=D, A=A)
+
+
+def _local_moments(X1, theta, shape):
+    """The local moments and ``diag(C)``, dense only for the full family."""
+    wbar, log_diag, F = unpack(theta, shape)
+    diag = _diag_part(log_diag, shape)
+    if shape.covariance == "full":
+        C = np.diag(diag) + F @ F.T
+        return _local(X1, wbar, C, shape), np.diagonal(C).copy()
+    loc = _local_factored(X1, wbar, diag, F, shape)
+    return loc, diag + np.einsum("jr,jr->j", F, F)
+
+
 def output_moments(X1, theta, shape):
     """Predictive ``<f>`` and ``<f^2>`` for every row of ``X1`` and output.
 
@@ -474,8 +524,16 @@ def output_moments(X1, theta, shape):
     >>> mean.shape, bool(np.all(second >= mean**2))
     ((4, 1), True)
     """
-    loc = _local(X1, unpack(theta, shape)[0], covariance_matrix(theta, shape), shape)
-    first, second, _ = _data_moments(loc, order=2)
+    # Rows in chunks: the per-row moments hold O(H^2 (P + M)) numbers each.
+    H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
+    per_row = 8 * H * H * (P + 20 * M + 10)
+    chunk = max(1, int(_PREDICT_CHUNK_BYTES // per_row))
+    first = np.empty((X1.shape[0], M))
+    second = np.empty((X1.shape[0], M))
+    for start in range(0, X1.shape[0], chunk):
+        rows = slice(start, start + chunk)
+        loc, _ = _local_moments(X1[rows], theta, shape)
+        first[rows], second[rows], _ = _data_moments(loc, order=2)
     return first, second
 
 
@@ -560,13 +618,11 @@ def _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats, sample_weight
     weight, n_eff = _row_weights(sample_weight, n)
     wbar, log_diag, F = unpack(theta, shape)
     diag = _diag_part(log_diag, shape)
-    C = np.diag(diag) + F @ F.T
-    loc = _local(X1, wbar, C, shape)
+    loc, cdiag_C = _local_moments(X1, theta, shape)
     order = 4 if return_grad else 2
     first, second, aux = _data_moments(loc, order=order)
     # Row n counts sample_weight[n] times: its log-likelihood is multiplied.
     sq_err = weight * (second - 2.0 * T * first + T * T)
-    cdiag_C = np.diagonal(C)
 
     data = 0.5 * n_eff * np.sum(np.log(alpha) - _LOG_2PI) - 0.5 * np.sum(sq_err * alpha)
     prior = 0.5 * np.sum(np.log(lam) - _LOG_2PI) - 0.5 * np.sum(
@@ -712,10 +768,14 @@ def negative_bound(
         return value
     k = shape.n_weights
     F, diag = local["F"], local["diag"]
-    target = _covariance_gradient(local, X1, lam, shape)
     # C = diag(d^2) + F F^T: dL/dF = 2 (dL/dC) F, dL/d(d^2) = diag(dL/dC).
-    g_F = target @ F
-    g_diag = 0.5 * np.diagonal(target)
+    if shape.covariance == "full":
+        target = _covariance_gradient(local, X1, lam, shape)
+        g_F = target @ F
+        g_diag = 0.5 * np.diagonal(target)
+    else:  # without the k x k matrix
+        target_diag, g_F = covariance_gradient_products(local, X1, lam, shape, F)
+        g_diag = 0.5 * target_diag
 
     grad = np.empty_like(theta)
     grad[:k] = local["g_wbar"]
@@ -750,9 +810,9 @@ def natural_gradient_terms(
     -------
     value : float
     g_wbar : ndarray of shape (n_weights,)
-    target_precision : ndarray of shape (n_weights, n_weights)
-        ``2 G`` (also for a diagonal ``C``, whose natural-gradient step uses
-        its diagonal).
+    target_precision : ndarray of shape (n_weights, n_weights) or TargetOperator
+        ``2 G``; for a diagonal ``C`` a :class:`TargetOperator` (its diagonal
+        and products with vectors), so that no ``k x k`` matrix is formed.
 
     Examples
     --------
@@ -773,7 +833,78 @@ def natural_gradient_terms(
     value, local = _evaluate(
         theta, X1, T, alpha, lam, shape, True, stats, sample_weight
     )
+    if shape.covariance == "diag":
+        return value, local["g_wbar"], TargetOperator(local, X1, lam, shape)
     return value, local["g_wbar"], _covariance_gradient(local, X1, lam, shape)
+
+
+class TargetOperator:
+    """``2 dL/dC`` as an operator: its diagonal and its products with vectors.
+
+    What the natural-gradient step of a diagonal ``Q`` needs (the diagonal for
+    the precision, products for the mean's conjugate-gradient solve) in
+    ``O(n H^2 + k)`` memory, through :func:`covariance_gradient_products`.
+
+    Attributes
+    ----------
+    diagonal : ndarray of shape (n_weights,)
+    """
+
+    def __init__(self, local, X1, lam, shape):
+        self._args = (local, X1, lam, shape)
+        self.diagonal = covariance_gradient_products(
+            local, X1, lam, shape, np.zeros((shape.n_weights, 0))
+        )[0]
+
+    def dot(self, v):
+        """``(2 dL/dC) v`` for a vector ``v`` of length ``n_weights``."""
+        return covariance_gradient_products(*self._args, v[:, None])[1][:, 0]
+
+
+def covariance_gradient_products(local, X1, lam, shape, V):
+    """``diag(2 dL/dC)`` and ``(2 dL/dC) V`` without forming ``dL/dC``.
+
+    The same matrix as :func:`_covariance_gradient`, applied to the columns of
+    ``V`` (shape (n_weights, r)) through its structure: its
+    input-to-hidden block is ``sum_n x_n x_n^T`` weighted by ``g_S``, its
+    coupling to the output weights ``sum_n x_n`` weighted by ``g_c``.  Costs
+    ``O(n H^2 r + n H P r)`` and memory ``O(n H r + k r)``.
+
+    Parameters
+    ----------
+    local : dict
+        From the backward pass of the bound.
+    X1 : ndarray of shape (n_samples, n_inputs + 1)
+    lam : ndarray of shape (n_weights,)
+    shape : NetworkShape
+    V : ndarray of shape (n_weights, r)
+
+    Returns
+    -------
+    diagonal : ndarray of shape (n_weights,)
+    product : ndarray of shape (n_weights, r)
+    """
+    H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
+    n_u = shape.n_u
+    g_S, g_c, g_D = local["g_S"], local["g_c"], local["g_D"]
+    idx = np.arange(H)
+    diagonal = np.empty(shape.n_weights)
+    diagonal[:n_u] = 2.0 * (np.diagonal(g_S, axis1=1, axis2=2).T @ (X1 * X1)).ravel()
+    diagonal[n_u:] = 2.0 * g_D[:, idx, idx].T.ravel()
+    diagonal += lam
+    r = V.shape[1]
+    Vu = V[:n_u].reshape(H, P, r)
+    Vv = V[n_u:].reshape(H, M, r)
+    B = np.einsum("nq,jqr->njr", X1, Vu)
+    inner = np.einsum("nij,njr->nir", g_S + np.swapaxes(g_S, 1, 2), B)
+    inner += np.einsum("nmki,kmr->nir", g_c, Vv)
+    product = np.empty_like(V, dtype=float)
+    product[:n_u] = np.einsum("np,nir->ipr", X1, inner).reshape(n_u, r)
+    product_v = np.einsum("nmki,nir->kmr", g_c, B)
+    product_v += np.einsum("mkl,lmr->kmr", g_D + np.swapaxes(g_D, 1, 2), Vv)
+    product[n_u:] = product_v.reshape(H * M, r)
+    product += lam[:, None] * V
+    return diagonal, product
 
 
 def _covariance_gradient(local, X1, lam, shape):

@@ -4,6 +4,7 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
+from joblib import effective_n_jobs
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
@@ -11,6 +12,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import StandardizedRegressorMixin, atomic_fit
+from .._memory import check_memory, format_bytes
 from .._parallel import N_JOBS_CONSTRAINT, draw_seeds, run_parallel, select_best
 from .._progress import CallbackSupportMixin, fit_progress
 from ._erf_network import (
@@ -22,7 +24,7 @@ from ._erf_network import (
     sample_outputs,
     unpack,
 )
-from ._optimise import fit_restart
+from ._optimise import fit_memory_bytes, fit_restart
 
 __all__ = ["EnsembleLearningRegressor"]
 
@@ -125,7 +127,9 @@ class EnsembleLearningRegressor(
         (unit by unit, bias last) then the ``hidden_layer_size * n_outputs``
         hidden-to-output weights.
     covariance_ : ndarray of shape (n_weights, n_weights)
-        Posterior covariance of the weights.
+        Posterior covariance of the weights (computed on access from the
+        fitted factor: ``"diag"`` and ``"lowrank"`` fits never hold this
+        ``n_weights x n_weights`` matrix).
     alpha_ : ndarray of shape (n_outputs,)
         Noise precision per output, in the units of ``y``.
     lambda_ : ndarray of shape (n_features_in_ + 2,)
@@ -279,6 +283,7 @@ class EnsembleLearningRegressor(
         shape = NetworkShape(
             X.shape[1], self.hidden_layer_size, T.shape[1], self.covariance, self.rank
         )
+        self._check_memory(X.shape[0] if fit_weight is None else fit_weight.size, shape)
         settings = dict(
             shape=shape,
             alpha_init=self.alpha_init,
@@ -310,6 +315,34 @@ class EnsembleLearningRegressor(
             self._finish(X1, T, y, shape, results, rng, sample_weight)
         return self
 
+    def _check_memory(self, n_samples, shape):
+        """Refuse up front a fit whose concurrent restarts would not fit."""
+        workers = max(1, min(self.n_restarts, effective_n_jobs(self.n_jobs)))
+        needed = workers * fit_memory_bytes(n_samples, shape)
+        advice = []
+        for family in ("lowrank", "diag"):
+            if family != self.covariance:
+                cheaper = NetworkShape(
+                    shape.n_inputs, shape.n_hidden, shape.n_outputs, family, self.rank
+                )
+                cost = workers * fit_memory_bytes(n_samples, cheaper)
+                if cost < needed:
+                    advice.append(f"covariance={family!r} needs {format_bytes(cost)}")
+        hint = (
+            ("; ".join(advice) + " (no n_weights x n_weights matrix). ")
+            if advice
+            else ""
+        )
+        check_memory(
+            needed,
+            f"EnsembleLearningRegressor(covariance={self.covariance!r}) with "
+            f"{shape.n_weights} weights ({shape.n_inputs} inputs, "
+            f"{shape.n_hidden} hidden units) on {n_samples} samples, "
+            f"{workers} restart(s) at once",
+            hint + "Fewer hidden units, inputs or concurrent restarts (n_jobs) "
+            "also reduce it.",
+        )
+
     def _finish(self, X1, T, y, shape, results, rng, sample_weight):
         _, best = select_best(results, key=lambda r: r["bound"])
         if not (best["converged"] or best["stopped"]):
@@ -328,7 +361,6 @@ class EnsembleLearningRegressor(
         self.scores_ = best["scores"] - jacobian
         self.n_iter_ = int(best["n_iter"])
         self.mean_ = unpack(self._theta, shape)[0].copy()
-        self.covariance_ = covariance_matrix(self._theta, shape)
         self.alpha_ = self._alpha_std / y_scale**2
         self.lambda_ = best["lam_groups"]
 
@@ -355,6 +387,17 @@ class EnsembleLearningRegressor(
         sq = (y - self.loo_prediction_).reshape(len(y), -1) ** 2
         self.loo_error_ = float(np.average(sq.mean(axis=1), weights=sample_weight))
         return self
+
+    @property
+    def covariance_(self):
+        """Posterior covariance of the weights, (n_weights, n_weights).
+
+        Built on access from the fitted factor (a dense ``k x k`` matrix:
+        the fit of ``"diag"`` and ``"lowrank"`` never forms it).
+        """
+        if not hasattr(self, "_theta"):
+            raise AttributeError("covariance_ is defined after fit")
+        return covariance_matrix(self._theta, self._shape)
 
     def _augment(self, X):
         Xs = self._x_scaler.transform(X)
