@@ -653,7 +653,7 @@ def test_weights_below_one_keep_the_noise_free_fit():
 def test_identical_samples_are_grouped_exactly(fmt):
     from scipy import sparse
 
-    from sklearn_meanfield.tap.perceptron import _merge_duplicates
+    from sklearn_meanfield.tap._core import merge_identical_points
 
     rng = np.random.RandomState(12)
     base = np.where(rng.rand(30, 4) < 0.4, 0.0, rng.randn(30, 4))
@@ -664,7 +664,7 @@ def test_identical_samples_are_grouped_exactly(fmt):
     y[:5] = (y[:5] + 1) % 3  # same inputs, other label: other groups
     weights = rng.randint(0, 3, size=80).astype(float)
     keep = np.flatnonzero(weights > 0)
-    merged = _merge_duplicates(
+    merged = merge_identical_points(
         sparse.csr_matrix(X) if fmt == "csr" else X, y, keep, weights
     )
     # Brute force: the first kept sample with the same inputs and label.
@@ -680,7 +680,7 @@ def test_identical_samples_are_grouped_exactly(fmt):
         merged["share"], weights[keep] / merged["site_weights"][merged["group"]]
     )
     assert list(merged["rows"]) == sorted(merged["rows"])
-    distinct = _merge_duplicates(base, labels, np.arange(30), None)
+    distinct = merge_identical_points(base, labels, np.arange(30), None)
     assert distinct is None
 
 

@@ -34,6 +34,8 @@ from ._core import (
     _finish,
     expectation_propagation,
     mean_field_iteration,
+    merge_identical_points,
+    partial_cavities,
     positive_site_weights,
     weighted_error_rate,
 )
@@ -708,7 +710,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
                     "is nothing to fit."
                 )
         keep, site_weights = positive_site_weights(weights, X.shape[0])
-        merged = _merge_duplicates(X, y_index, keep, weights)
+        merged = merge_identical_points(X, y_index, keep, weights)
         if merged is not None:
             keep, site_weights = merged["rows"], merged["site_weights"]
         if len(keep) < X.shape[0]:
@@ -795,7 +797,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
                 np.column_stack(
                     [
                         likelihood.predictive_positive(
-                            *_partial_cavity(s, merged["group"], merged["share"])
+                            *partial_cavities(s, merged["group"], merged["share"])
                         )
                         for s in solutions
                     ]
@@ -974,108 +976,3 @@ def _class_weights(class_weight, classes, y, sample_weight):
         )
     per_class = np.array([float(class_weight.get(c, 1.0)) for c in classes.tolist()])
     return per_class[index]
-
-
-def _merge_duplicates(X, y_index, keep, weights):
-    """Identical samples (same inputs, same label) as one weighted site.
-
-    ``k`` copies of a sample are one site of weight ``k`` at EP's symmetric
-    fixed point (:func:`~sklearn_meanfield.tap._core.expectation_propagation`),
-    so merging them changes the fixed point not at all, and a repeated data
-    set is then fitted exactly as its weighted form (parallel EP on the
-    copies' strongly coupled sites needs more sweeps, and may stall where the
-    weighted form converges).
-
-    Returns None when the kept samples ``keep`` are distinct, else a dict:
-    ``rows`` (one representative per group, into X), ``site_weights`` (the
-    groups' total weights), ``kept`` (the samples of positive weight),
-    ``group`` (each kept sample's group) and ``share`` (its weight over its
-    group's).
-    """
-    if len(keep) < 2:
-        return None
-    rows = X[keep]
-    labels = y_index[keep]
-    if sparse.issparse(rows):
-        rows = sparse.csr_array(rows)
-        rows.eliminate_zeros()
-        rows.sort_indices()
-    # Exact integer hashes of the rows' bits (+0.0 turns -0.0 into 0.0):
-    # only rows whose hashes collide are compared.
-    keys = _row_hashes(rows, labels)
-    _, key_index, key_counts = np.unique(keys, return_inverse=True, return_counts=True)
-    candidates = np.flatnonzero(key_counts[key_index] > 1)
-    if len(candidates) == 0:
-        return None
-    inverse = np.arange(len(keep))  # each sample its own group ...
-    if sparse.issparse(rows):
-        seen = {}
-        for j in candidates:
-            part = slice(rows.indptr[j], rows.indptr[j + 1])
-            key = (
-                int(labels[j]),
-                rows.indices[part].tobytes(),
-                (rows.data[part] + 0.0).tobytes(),
-            )
-            inverse[j] = seen.setdefault(key, j)
-    else:
-        # ... except identical candidates, grouped under their first one.
-        table = np.column_stack([rows[candidates], labels[candidates]]) + 0.0
-        _, first, groups = np.unique(
-            table, axis=0, return_index=True, return_inverse=True
-        )
-        inverse[candidates] = candidates[first[groups.ravel()]]
-    # Groups numbered in order of their first sample.
-    _, inverse = np.unique(inverse, return_inverse=True)
-    n_groups = int(inverse.max()) + 1
-    if n_groups == len(keep):
-        return None
-    kept_weights = np.ones(len(keep)) if weights is None else weights[keep]
-    totals = np.bincount(inverse, weights=kept_weights, minlength=n_groups)
-    first = np.full(n_groups, len(keep))
-    np.minimum.at(first, inverse, np.arange(len(keep)))
-    return {
-        "rows": keep[first],
-        "site_weights": totals,
-        "kept": keep,
-        "group": inverse,
-        "share": kept_weights / totals[inverse],
-    }
-
-
-def _row_hashes(rows, labels):
-    """A 64-bit integer hash of each row's float bits and label.
-
-    Integer arithmetic (wrapping modulo 2**64) is exact in any order, so
-    identical rows get identical hashes whatever the memory layout.
-    """
-    n_rows, n_cols = rows.shape
-    multipliers = np.random.RandomState(0).randint(
-        1, 2**62, size=n_cols + 1, dtype=np.uint64
-    ) * np.uint64(2) + np.uint64(1)
-    if sparse.issparse(rows):
-        bits = (rows.data + 0.0).view(np.uint64)
-        contributions = np.append(
-            bits * multipliers[rows.indices] + multipliers[(rows.indices + 7) % n_cols],
-            np.uint64(0),
-        )
-        starts = rows.indptr[:-1]
-        sums = np.add.reduceat(contributions, starts)
-        hashes = np.where(np.diff(rows.indptr) > 0, sums, np.uint64(0))
-    else:
-        bits = np.ascontiguousarray(rows + 0.0).view(np.uint64)
-        hashes = (bits * multipliers[:n_cols]).sum(axis=1, dtype=np.uint64)
-    return hashes + labels.astype(np.uint64) * multipliers[n_cols]
-
-
-def _partial_cavity(solution, group, share):
-    """Cavity of each merged sample: its share of its group's site removed."""
-    var = solution.var[group]
-    cavity_tau = 1.0 / var - share * solution.tau[group]
-    cavity_nu = solution.mean[group] / var - share * solution.nu[group]
-    # A best iterate that did not converge may leave no proper cavity: the
-    # posterior marginal then stands in (as in the core's whole-site case).
-    valid = cavity_tau > 0
-    cavity_var = np.where(valid, 1.0 / np.where(valid, cavity_tau, 1.0), var)
-    cavity_mean = np.where(valid, cavity_nu * cavity_var, solution.mean[group])
-    return cavity_mean, cavity_var
