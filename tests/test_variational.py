@@ -572,3 +572,57 @@ def test_diag_and_lowrank_never_build_the_weight_matrix(covariance):
     assert model.mean_.shape == (k,)
     assert peak < 0.1 * matrix, peak / matrix
     assert np.isfinite(model.loo_error_)
+
+
+# ---------------------------------------------------------------- time cap
+
+
+class _Deadline:
+    """A deadline callback on a clock that advances one tick per iteration.
+
+    ``on_fit_task_end`` asks to stop once the clock has reached ``deadline``,
+    as a wall-clock limit would (and keeps asking); counting ticks keeps the
+    test deterministic.
+    """
+
+    def __init__(self, deadline):
+        self.deadline = deadline
+        self.ticks = 0
+
+    def setup(self, estimator, context):
+        pass
+
+    def teardown(self, estimator, context):
+        pass
+
+    def on_fit_task_begin(self, estimator, context):
+        pass
+
+    def on_fit_task_end(self, estimator, context):
+        if context.task_name != "iteration":
+            return False
+        self.ticks += 1
+        return self.ticks >= self.deadline
+
+
+@pytest.mark.parametrize("covariance", ["full", "diag", "lowrank"])
+def test_a_deadline_keeps_the_best_iterate_so_far(covariance):
+    pytest.importorskip("sklearn.callback")
+    X, y = _sine(n=30, seed=8)
+    params = dict(hidden_layer_size=3, covariance=covariance, tol=0.0)
+    deadline = _Deadline(3)
+    stopped = EnsembleLearningRegressor(**{**FAST, **params, "max_iter": 200})
+    stopped.set_callbacks(deadline)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        stopped.fit(X, y)
+        reference = EnsembleLearningRegressor(**{**FAST, **params, "max_iter": 3})
+        reference.fit(X, y)
+    # Stopped at the deadline, three iterations in, with the model those
+    # iterations reached: the highest bound met, since it never decreases.
+    assert deadline.ticks == 3 and stopped.n_iter_ == 3
+    assert stopped.scores_[-1] == np.max(stopped.scores_)
+    np.testing.assert_array_equal(stopped.scores_, reference.scores_)
+    np.testing.assert_array_equal(stopped.predict(X), reference.predict(X))
+    _, std = stopped.predict(X, return_std=True)
+    assert np.all(np.isfinite(std)) and np.isfinite(stopped.loo_error_)
