@@ -703,3 +703,38 @@ def test_all_zero_inputs_without_intercept_are_left_out():
     np.testing.assert_allclose(model.loo_proba_[[4, 17]], 0.5)
     with pytest.raises(ValueError, match="inputs are zero"):
         TAPPerceptronClassifier(fit_intercept=False).fit(np.zeros((4, 2)), [0, 1, 0, 1])
+
+
+@pytest.mark.parametrize("variance", ["naive", "isotropic"])
+def test_closures_leave_one_copy_of_repeated_samples_out(variance):
+    # The closures' cavity is <h_i> - lambda_i alpha_i; a merged sample of
+    # k copies leaves one copy out: the reaction term of one copy, which
+    # is the closure run on the repeated rows themselves.
+    from sklearn_meanfield.tap._core import PriorVariance, mean_field_iteration
+    from sklearn_meanfield.tap.perceptron import _IsotropicVariance
+
+    X, y, w = _weighted_problem(14, n_samples=30)
+    w = np.maximum(w, 1.0)
+    index = np.repeat(np.arange(30), w.astype(int))
+    params = dict(variance=variance, tol=1e-12, max_iter=20000)
+    model = TAPPerceptronClassifier(**params).fit(X[index], y[index])
+    Phi = np.hstack([X / np.sqrt(5), np.ones((30, 1))])[index]
+    posterior = WeightSpacePosterior(Phi)
+    closure = (
+        PriorVariance(posterior.prior_var)
+        if variance == "naive"
+        else _IsotropicVariance(posterior.prior_var, 6)
+    )
+    likelihood = NoisyStepLikelihood(0.05, 0.0)
+    repeated = mean_field_iteration(
+        posterior,
+        2.0 * y[index] - 1,
+        likelihood,
+        closure,
+        tol=1e-13,
+        max_iter=20000,
+        damping=0.2,
+    )
+    assert repeated.converged
+    expected = likelihood.predictive_positive(repeated.cavity_mean, repeated.cavity_var)
+    np.testing.assert_allclose(model.loo_proba_[:, 1], expected, rtol=1e-6)

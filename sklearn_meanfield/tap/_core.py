@@ -380,6 +380,9 @@ class TAPSolution:
     stopped : bool
         Whether the run ended because its reporter asked to stop (with
         ``honour_stop=True``); the best iterate is kept.
+    fixed_cavity_variance : bool
+        True for :func:`mean_field_iteration` (a closure's cavity variance,
+        the cavity mean ``<h_i> - lambda_i alpha_i``), False for EP.
 
     Examples
     --------
@@ -412,6 +415,7 @@ class TAPSolution:
     posterior: object = field(repr=False, default=None)
     site_weights: np.ndarray = field(repr=False, default=None)
     stopped: bool = False
+    fixed_cavity_variance: bool = False
     copy_cavity_mean: np.ndarray = field(repr=False, default=None)
     copy_cavity_var: np.ndarray = field(repr=False, default=None)
 
@@ -1246,6 +1250,13 @@ def partial_cavities(solution, group, share):
     -------
     cavity_mean, cavity_var : ndarray of shape (n_kept,)
     """
+    if solution.fixed_cavity_variance:
+        # Mean-field closures: the reaction term of the point's share.
+        reaction = solution.mean - solution.cavity_mean  # lambda * alpha
+        return (
+            solution.mean[group] - share * reaction[group],
+            solution.cavity_var[group],
+        )
     var = solution.var[group]
     cavity_tau = 1.0 / var - share * solution.tau[group]
     cavity_nu = solution.mean[group] / var - share * solution.nu[group]
@@ -1451,6 +1462,7 @@ def mean_field_iteration(
         posterior=solution,
         site_weights=w,
         stopped=stopped,
+        fixed_cavity_variance=True,
         copy_cavity_mean=copy_mean,
         copy_cavity_var=copy_var,
     )
