@@ -26,6 +26,9 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.intersphinx",
     "sphinx.ext.mathjax",
+    # MathJax 3 bundled (copied into _static/mathjax): math renders with no
+    # network, where the default CDN script left raw \\( ... \\) on the page.
+    "sphinx-mathjax-offline",
     "sphinx.ext.doctest",
     "numpydoc",
     "sphinx_gallery.gen_gallery",
@@ -45,6 +48,7 @@ default_role = "literal"
 html_theme = "pydata_sphinx_theme"
 html_title = f"sklearn-meanfield {release}"
 html_static_path = ["_static"]
+html_css_files = ["custom.css"]
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
