@@ -140,10 +140,10 @@ class Standardizer:
     The scale of a column is its standard deviation (weighted, when sample
     weights are given), computed without overflow or underflow.  A constant
     column (spread below ``1e-12`` of its magnitude) has no spread to scale
-    with: its scale is its magnitude ``|c|`` (kept in ``[1e-150, 1e150]``),
-    so that what is predicted for it, and its uncertainty, scale with the
-    data; an all-zero column gets scale 1.  Standardised values beyond
-    ``1e150`` in magnitude are clipped there.
+    with: its scale is ``constant_scale`` times its magnitude ``|c|`` (times
+    1 for an all-zero column), kept in ``[1e-150, 1e150]``, so that what is
+    predicted for it, and its uncertainty, scale with the data.
+    Standardised values beyond ``1e150`` in magnitude are clipped there.
 
     Parameters
     ----------
@@ -151,6 +151,12 @@ class Standardizer:
     sample_weight : ndarray of shape (n_samples,) or None, default=None
         Non-negative weights: an integer weight counts the row that many
         times, a zero weight ignores it.
+    constant_scale : float, default=1.0
+        Scale of a constant column relative to its magnitude.  Inputs keep 1
+        (a new input value is then measured relative to the constant);
+        targets use ``1e-12``, the largest relative spread that still counts
+        as constant, so that a constant target is predicted with the
+        uncertainty of a target whose spread is just above the threshold.
 
     Attributes
     ----------
@@ -171,7 +177,7 @@ class Standardizer:
     [[3.0, 5.0]]
     """
 
-    def __init__(self, data, sample_weight=None):
+    def __init__(self, data, sample_weight=None, constant_scale=1.0):
         data = np.asarray(data, dtype=float)
         if sample_weight is not None:
             # Zero-weight rows are dropped, so that they leave no trace at all.
@@ -182,10 +188,10 @@ class Standardizer:
         self.constant = exact | (scale <= _CONSTANT_RTOL * np.abs(mean))
         # A constant column's mean is its value, not a rounded average of it.
         self.mean = np.where(exact, data[0], mean)
-        magnitude = np.clip(np.abs(self.mean), _MIN_SCALE, _MAX_SCALE)
+        magnitude = np.where(self.mean != 0, np.abs(self.mean), 1.0)
         self.scale = np.where(
             self.constant,
-            np.where(self.mean != 0, magnitude, 1.0),
+            np.clip(constant_scale * magnitude, _MIN_SCALE, _MAX_SCALE),
             np.maximum(scale, np.finfo(float).tiny),
         )
 
@@ -302,7 +308,7 @@ class StandardizedRegressorMixin:
             )
         Y = y.reshape(len(y), -1)
         self._y_ndim = y.ndim
-        y_scaler = Standardizer(Y, sample_weight)
+        y_scaler = Standardizer(Y, sample_weight, constant_scale=_CONSTANT_RTOL)
         scale, spread = y_scaler.scale, ~y_scaler.constant
         for j in np.flatnonzero(spread & ((scale > _MAX_SCALE) | (scale < _MIN_SCALE))):
             large = scale[j] > _MAX_SCALE

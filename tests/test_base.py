@@ -118,6 +118,9 @@ def test_constant_columns_scale_with_their_magnitude():
     assert scaler.mean[0] == 1e-6 and scaler.mean[2] == -3e200
     np.testing.assert_array_equal(scaler.scale[:3], [1e-6, 1.0, 1e150])
     assert Standardizer(np.full((3, 1), -1e-200)).scale[0] == 1e-150
+    # Targets: the largest relative spread that still counts as constant.
+    targets = Standardizer(data, constant_scale=1e-12)
+    np.testing.assert_allclose(targets.scale, [1e-18, 1e-12, 1e150, 7e-12])
     assert scaler.scale[3] == pytest.approx(7.0)
     np.testing.assert_array_equal(scaler.transform(data)[:, :3], 0.0)
 

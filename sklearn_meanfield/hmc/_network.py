@@ -98,7 +98,14 @@ class NetworkLayout:
 class HyperPrior:
     """Gamma priors of the precisions, each with shape ``a/2`` and mean ``w``.
 
-    Means are for standardised inputs and targets.  The input-to-hidden
+    Means are for standardised inputs and targets.  The noise prior has a
+    mean precision of 400 (a noise sd of 0.05 of the target's, Neal's
+    ``0.05:0.5`` style of prior) with shape 1/2: its rate ``a / 2w = 1/800``
+    counts as a pseudo-residual of sd 0.035, so that it never outweighs the
+    residuals of a nearly noise-free fit (a mean of 4, sd 0.5, held the
+    predictive sd of data with noise sd 0.01 at 0.05, five times the noise,
+    and that of a constant target at ``0.5 / sqrt(n)`` of its scale).  The
+    input-to-hidden
     precision scales with the number of inputs, so that the prior variance of a
     hidden unit's summed input does not grow with them, and the hidden-to-output
     precision with the number of hidden units, so that the prior of the network
@@ -127,7 +134,7 @@ class HyperPrior:
     w_hidden_bias: float = 1.0
     w_output_per_hidden: float = 1.0
     w_output_bias: float = 1.0
-    w_noise: float = 4.0
+    w_noise: float = 400.0
 
     def group_means(self, layout):
         """Prior mean precision of every weight group."""
@@ -333,8 +340,8 @@ def gibbs_precisions(theta, residual, layout, prior, random_state, sample_weight
     >>> residual = np.full((2000, 50, 1), 0.1)
     >>> groups, noise = gibbs_precisions(theta, residual, layout, HyperPrior(),
     ...                                  np.random.default_rng(0))
-    >>> # Noise: Gamma(shape 25.5, rate (1/4 + 50 * 0.01) / 2), mean 68.
-    >>> bool(abs(noise.mean() / 68.0 - 1) < 0.02)
+    >>> # Noise: Gamma(shape 25.5, rate (1/400 + 50 * 0.01) / 2), mean 101.5.
+    >>> bool(abs(noise.mean() / 101.5 - 1) < 0.02)
     True
     """
     n_chains = theta.shape[0]
