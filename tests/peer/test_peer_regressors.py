@@ -201,21 +201,12 @@ def test_constant_target(estimator):
 # ------------------------------------------------------------- sample_weight
 
 
-def _ensemble_weights_pending(estimator):
-    if not _is_hmc(estimator):
-        pytest.xfail(
-            "EnsembleLearningRegressor.fit(sample_weight) is being written by "
-            "the ensemble engineer (work in progress)"
-        )
-
-
 @pytest.mark.parametrize("estimator", REGRESSORS, ids=_ids)
 def test_sample_weight_is_repetition(estimator):
     # Ported from test_bayes.py::test_bayesian_sample_weights, which checks
     # the weighted fit against the weighted Ridge solution of the same
     # problem; for a network the reference is the fit on repeated rows (the
     # meaning of an integer weight), within Monte Carlo or optimiser error.
-    _ensemble_weights_pending(estimator)
     X, y = _smooth_data(n=30, seed=3)
     w = np.random.RandomState(1).randint(1, 4, size=30)
     weighted = _fit(estimator, X, y, sample_weight=w)
@@ -229,7 +220,6 @@ def test_sample_weight_is_repetition(estimator):
 
 @pytest.mark.parametrize("estimator", REGRESSORS, ids=_ids)
 def test_sample_weight_is_validated(estimator):
-    _ensemble_weights_pending(estimator)
     X, y = _smooth_data(n=10)
     with pytest.raises(ValueError, match="(?i)negative"):
         _fit(estimator, X, y, sample_weight=-np.ones(10))
