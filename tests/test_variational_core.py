@@ -462,3 +462,18 @@ def test_diag_mean_step_solves_the_mixed_system():
                 direction, np.linalg.solve(mix, g), rtol=1e-7, atol=1e-9
             )
     assert solved >= 1
+
+
+def test_output_moments_in_row_chunks_equal_one_pass(monkeypatch):
+    from sklearn_meanfield.variational import _erf_network
+
+    rng = np.random.RandomState(5)
+    X1 = np.column_stack([rng.normal(size=(23, 3)), np.ones(23)])
+    shape = NetworkShape(3, 3, 2, "full")
+    theta = init_params(shape, rng, init_std=0.5)
+    whole = output_moments(X1, theta, shape)
+    # About 2 rows per chunk.
+    monkeypatch.setattr(_erf_network, "_PREDICT_CHUNK_BYTES", 2 * 8 * 9 * 54)
+    chunked = output_moments(X1, theta, shape)
+    for a, b in zip(whole, chunked):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
