@@ -23,7 +23,7 @@ from sklearn.exceptions import ConvergenceWarning  # noqa: E402
 import sklearn_meanfield as smf  # noqa: E402
 
 STATIC = Path(__file__).resolve().parent / "_static"
-DPI = 80
+DPI = 100
 SIZE_ONE = (6.4, 3.6)
 SIZE_TWO = (9.6, 3.8)
 
