@@ -92,6 +92,7 @@ def fit_memory_bytes(n_samples, shape):
     # The jets and their coefficients, and copies of the data (validation,
     # standardisation, the inputs with their column of ones).
     per_point = 8.0 * n * H * H * (50 * M + 25) + 8.0 * n * (P + M) * 12
+    per_point += 2**20  # small temporaries of validation and bookkeeping
     if shape.covariance == "full":
         return 12 * 8.0 * k * k + 8.0 * n * H * H * P + per_point
     r = shape.rank
