@@ -7,9 +7,11 @@ probabilities, decision values and labels.
 """
 
 import numpy as np
+from sklearn.gaussian_process.kernels import CompoundKernel
 from sklearn.utils.multiclass import check_classification_targets
 
 __all__ = [
+    "ProblemKernels",
     "encode_classes",
     "leave_one_out",
     "one_vs_one_pairs",
@@ -300,3 +302,75 @@ def pairwise_coupling(positive, n_classes):
     # The exact solution is non-negative; clip rounding and renormalise.
     p = np.maximum(p, 0.0)
     return p / p.sum(axis=1, keepdims=True)
+
+
+class ProblemKernels(CompoundKernel):
+    """The fitted kernels of the binary problems, printed one per line.
+
+    A :class:`~sklearn.gaussian_process.kernels.CompoundKernel` (same
+    ``theta``, ``bounds``, ``__call__`` and ``diag``) that names each binary
+    problem in its repr, and whose ``theta`` setter splits the stacked
+    hyperparameters by each kernel's own size (the parent's assumes
+    attributes of a binary kernel).
+
+    Parameters
+    ----------
+    kernels : list of Kernel
+        One per binary problem.
+    names : list of str or None, default=None
+        What each problem separates (e.g. ``"class 'setosa'"``); None
+        numbers them.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.gaussian_process.kernels import RBF
+    >>> from sklearn_meanfield.tap._multiclass import ProblemKernels
+    >>> kernel = ProblemKernels([RBF(2.0), RBF(0.5)], ["class 0", "class 1"])
+    >>> print(kernel)
+    CompoundKernel(
+        class 0: RBF(length_scale=2),
+        class 1: RBF(length_scale=0.5),
+    )
+    >>> kernel.theta = np.log([3.0, 4.0])
+    >>> print(kernel.kernels[1])
+    RBF(length_scale=4)
+    """
+
+    def __init__(self, kernels, names=None):
+        super().__init__(kernels)
+        self.names = names
+
+    def get_params(self, deep=True):
+        """Get the parameters of this kernel: ``kernels`` and ``names``.
+
+        Parameters
+        ----------
+        deep : bool, default=True
+            Unused (the kernels are returned as they are).
+
+        Returns
+        -------
+        params : dict
+        """
+        return dict(kernels=self.kernels, names=self.names)
+
+    @property
+    def theta(self):
+        """The stacked log-hyperparameters of the kernels, in order."""
+        return np.hstack([kernel.theta for kernel in self.kernels])
+
+    @theta.setter
+    def theta(self, theta):
+        theta = np.asarray(theta, dtype=float)
+        start = 0
+        for kernel in self.kernels:
+            kernel.theta = theta[start : start + kernel.n_dims]
+            start += kernel.n_dims
+
+    def __repr__(self):
+        names = self.names
+        if names is None:
+            names = [str(k) for k in range(len(self.kernels))]
+        lines = [f"    {name}: {k!r}," for name, k in zip(names, self.kernels)]
+        return "\n".join(["CompoundKernel(", *lines, ")"])

@@ -39,13 +39,14 @@ from ._core import (
     PriorVariance,
     ep_evidence_gradient,
     ep_label_noise_gradient,
-    expectation_propagation,
     mean_field_iteration,
     positive_site_weights,
     weighted_error_rate,
 )
+from ._fallback import ep_with_fallback
 from ._likelihoods import make_likelihood
 from ._multiclass import (
+    ProblemKernels,
     encode_classes,
     one_vs_one_pairs,
     one_vs_one_votes,
@@ -106,20 +107,24 @@ class _StopRequested(Exception):
     """A scikit-learn callback asked the fit to stop (at an evaluation)."""
 
 
-def _solve(K, t, config, warm=None, tol=None, reporter=None, weights=None):
-    """Run EP (adaptive TAP) on a kernel matrix.
+def _solve(
+    K, t, config, warm=None, tol=None, reporter=None, weights=None, honour_stop=None
+):
+    """Run EP (adaptive TAP) on a kernel matrix, fractional EP where it stalls.
 
-    ``reporter`` receives one line per sweep at ``verbose >= 2`` and is a
-    callback step per sweep, whose request to stop ends the solve at its best
-    iterate; it is given for the final solve only, not for each evidence
-    evaluation of the optimiser.  ``weights`` are the site weights (None:
-    all one).
+    ``reporter`` receives one line per sweep (level 2) and the fallback's
+    notices (level 1).  For the final solve it is also a callback step per
+    sweep, whose request to stop ends the solve at its best iterate
+    (``honour_stop``, by default whenever a reporter is given); the
+    optimiser's evaluations print through it without being stopped.
+    ``weights`` are the site weights (None: all one).  The step likelihood
+    falls back on fractional EP when plain EP stalls
+    (:func:`~sklearn_meanfield.tap._fallback.ep_with_fallback`).
     """
     posterior = KernelPosterior(K)
     likelihood = make_likelihood(config["likelihood"], config["label_noise"])
     warm = warm or {}
-    extra = {} if weights is None else {"site_weights": weights}
-    return expectation_propagation(
+    return ep_with_fallback(
         posterior,
         t,
         likelihood,
@@ -130,8 +135,9 @@ def _solve(K, t, config, warm=None, tol=None, reporter=None, weights=None):
         tol=config["tol"] if tol is None else tol,
         damping=config["damping"],
         reporter=reporter,
-        honour_stop=reporter is not None,
-        **extra,
+        log=reporter,
+        site_weights=weights,
+        honour_stop=reporter is not None if honour_stop is None else honour_stop,
     )
 
 
@@ -191,16 +197,37 @@ def _log_evidence(
     ``theta`` holds the kernel's log-hyperparameters and, when the label noise
     is learned, ``log(label_noise)`` last; the gradient has the same layout.
     """
+    _, value, gradient = _evaluate(
+        theta, X, t, kernel, config, warm, eval_gradient, tol, weights
+    )
+    return (value, gradient) if eval_gradient else value
+
+
+def _evaluate(
+    theta,
+    X,
+    t,
+    kernel,
+    config,
+    warm=None,
+    eval_gradient=False,
+    tol=None,
+    weights=None,
+    reporter=None,
+):
+    """The EP solution, log evidence and (or None) its gradient at ``theta``."""
     kernel, config = _at(theta, kernel, config)
     if eval_gradient:
         K, K_gradient = kernel(X, eval_gradient=True)
     else:
         K = kernel(X)
-    solution = _solve(K, t, config, warm, tol, weights=weights)
+    solution = _solve(
+        K, t, config, warm, tol, reporter=reporter, weights=weights, honour_stop=False
+    )
     if warm is not None:
         warm.update(tau=solution.tau, nu=solution.nu)
     if not eval_gradient:
-        return solution.log_evidence
+        return solution, solution.log_evidence, None
     gradient = ep_evidence_gradient(solution, K_gradient)
     if len(theta) > kernel.n_dims:
         # The evidence is stationary in the sites: only log Z moves with the
@@ -208,7 +235,7 @@ def _log_evidence(
         likelihood = make_likelihood(config["likelihood"], config["label_noise"])
         d_kappa = ep_label_noise_gradient(solution, t, likelihood)
         gradient = np.append(gradient, config["label_noise"] * d_kappa)
-    return solution.log_evidence, gradient
+    return solution, solution.log_evidence, gradient
 
 
 # While the optimiser is far from a stationary point the EP equations are
@@ -269,41 +296,77 @@ def _optimize_from(initial_theta, X, t, kernel, config, task=None, weights=None)
         task.end()
 
 
+# An evaluation whose EP did not converge (plain and fractional EP stalled:
+# typically the noise-free step on a kernel that cannot separate the data
+# without huge fields) has no meaningful evidence or gradient.  The optimiser
+# sees it as this much worse than the best evaluation so far, with a zero
+# gradient, so that its line search backs off (an infinite value would end
+# L-BFGS-B at once, reporting convergence at its start).
+_FAILED_EVALUATION_PENALTY = 1e3
+
+
 def _run_optimizer(initial_theta, X, t, kernel, config, task, weights):
-    history = []  # (theta, tau, nu) of the last two evaluations
+    history = []  # (theta, tau, nu) of the last two reliable evaluations
     state = {
         "tol": _LOOSEST_TOL,
         "best": np.inf,
         "theta": np.asarray(initial_theta, dtype=float),
         "sites": {},
+        "evaluations": 0,
     }
+    printer = None
+    if config["verbose"] >= 1:
+        printer = ProgressReporter(config["verbose"], "TAPGaussianProcessClassifier")
 
     def objective(theta, eval_gradient=True):
         tol = max(config["tol"], state["tol"])
         warm = _extrapolate_sites(history, theta)
-        if eval_gradient:
-            value, gradient = _log_evidence(
-                theta,
-                X,
-                t,
-                kernel,
-                config,
-                warm,
-                eval_gradient=True,
-                tol=tol,
-                weights=weights,
+        solution, value, gradient = _evaluate(
+            theta,
+            X,
+            t,
+            kernel,
+            config,
+            warm,
+            eval_gradient=eval_gradient,
+            tol=tol,
+            weights=weights,
+            reporter=printer,
+        )
+        state["evaluations"] += 1
+        reliable = (
+            solution.converged
+            and np.isfinite(value)
+            and (gradient is None or np.all(np.isfinite(gradient)))
+        )
+        if printer is not None:
+            printer(
+                1,
+                "evaluation %d: log evidence %.4f at theta [%s] (%d sweeps%s)",
+                state["evaluations"],
+                value,
+                ", ".join(f"{x:.4g}" for x in np.exp(theta)),
+                solution.n_iter,
+                "" if reliable else ", EP did not converge: rejected",
             )
-            scale = np.max(np.abs(gradient)) if np.all(np.isfinite(gradient)) else 1
-            state["tol"] = min(_GRADIENT_RELATIVE_TOL * scale, _LOOSEST_TOL)
+        if reliable:
+            if eval_gradient:
+                scale = np.max(np.abs(gradient))
+                state["tol"] = min(_GRADIENT_RELATIVE_TOL * scale, _LOOSEST_TOL)
+            history[:] = history[-1:] + [(np.array(theta), warm["tau"], warm["nu"])]
+            if -value < state["best"]:
+                state["best"] = -value
+                state["theta"] = np.array(theta, dtype=float)
+                state["sites"] = {"tau": warm["tau"], "nu": warm["nu"]}
         else:
-            value = _log_evidence(
-                theta, X, t, kernel, config, warm, tol=tol, weights=weights
-            )
-        history[:] = history[-1:] + [(np.array(theta), warm["tau"], warm["nu"])]
-        if -value < state["best"]:
-            state["best"] = -value
-            state["theta"] = np.array(theta, dtype=float)
-            state["sites"] = {"tau": warm["tau"], "nu": warm["nu"]}
+            reference = state["best"]
+            if not np.isfinite(reference):  # nothing better known yet
+                reference = -value if np.isfinite(value) else 0.0
+            value = -(reference + _FAILED_EVALUATION_PENALTY * (1.0 + abs(reference)))
+            if not np.isfinite(state["best"]) and gradient is not None:
+                gradient = np.where(np.isfinite(gradient), gradient, 0.0)
+            elif gradient is not None:
+                gradient = np.zeros_like(gradient)
         if task.step("evaluation"):
             raise _StopRequested
         if eval_gradient:
@@ -330,6 +393,10 @@ def _run_optimizer(initial_theta, X, t, kernel, config, task, weights):
             theta = np.asarray(theta, dtype=float)
     except _StopRequested:
         return state["theta"], float(state["best"]), state["sites"], True
+    if state["best"] < value or not np.isfinite(value):
+        # The optimiser ended elsewhere than at its best evaluation (an
+        # abnormal line search): the best one is used.
+        theta, value = state["theta"], float(state["best"])
     return theta, float(value), state["sites"], False
 
 
@@ -436,17 +503,37 @@ def _fit_binary_on_current_threads(
         solution = _naive_solve(K, t, final, reporter=sweeps, weights=weights)
     stopped |= ep.stopped or solution.stopped
     solve.task.end()
+    contradicted = contradicted_points(K, t, solution)
+    reporter(
+        1,
+        "final %s solve: %d sweeps, %s, log evidence %.4f",
+        config["method"],
+        solution.n_iter,
+        "converged" if solution.converged else "not converged",
+        ep.log_evidence,
+    )
     if stopped:
         warnings.warn(
             "A callback asked the fit to stop; the best hyperparameters and "
-            "mean-field iterate found so far are kept.",
+            "mean-field iterate found so far are kept. loo_error_ and "
+            "loo_proba_ are NaN (they need converged equations).",
             ConvergenceWarning,
         )
     elif not solution.converged:
         warnings.warn(
             f"The {config['method']} mean-field equations did not converge in "
-            f"{solution.n_iter} sweeps; the best iterate is kept. Increase "
-            "max_iter or lower damping.",
+            f"{solution.n_iter} sweeps; the best iterate is kept, and loo_error_ "
+            "and loo_proba_ are NaN (the cavities of an iterate that is not a "
+            "fixed point are no leave-one-out predictions). Increase max_iter "
+            "or lower damping." + _degenerate_advice(config, contradicted, len(t)),
+            ConvergenceWarning,
+        )
+    elif contradicted:
+        warnings.warn(
+            "The fitted model is degenerate: its predictions on "
+            f"{contradicted} of {len(t)} training points contradict its own "
+            "leave-one-out predictions, so loo_error_ and loo_proba_ are NaN."
+            + _degenerate_advice(config, contradicted, len(t)),
             ConvergenceWarning,
         )
     if solution.posterior is not None:
@@ -457,7 +544,78 @@ def _fit_binary_on_current_threads(
         "solution": solution,
         "log_evidence": ep.log_evidence,
         "stopped": stopped,
+        # Only the cavities of a fixed point are leave-one-out predictions.
+        "loo_valid": bool(solution.converged and not stopped and not contradicted),
     }
+
+
+def contradicted_points(K, t, solution):
+    """Training points whose fitted prediction contradicts their leave-one-out one.
+
+    At a fixed point of EP (or of the naive equations) each posterior
+    marginal mean lies between its cavity mean and the side of its label:
+    the likelihood of a label pulls its field towards that label.  So a
+    point whose cavity (leave-one-out) mean has its label's sign has a
+    fitted mean of that sign too, and the training error can never exceed
+    the leave-one-out error point by point.  The model's fitted means are
+    ``K @ alpha`` (what ``predict`` computes on the training inputs); when
+    the site precisions are huge (a noise-free step whose constraints the
+    kernel can only meet with tiny posterior variances) ``alpha = nu - tau
+    mean`` cancels catastrophically and these means contradict the
+    solution's own marginals.
+
+    Parameters
+    ----------
+    K : ndarray of shape (n, n)
+        Kernel matrix of the training points.
+    t : ndarray of shape (n,)
+        Labels +-1.
+    solution : TAPSolution
+
+    Returns
+    -------
+    int
+        Number of points that the leave-one-out prediction classifies
+        correctly and the fitted model does not (0 for a sound fit).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from types import SimpleNamespace
+    >>> from sklearn_meanfield.tap.gpc import contradicted_points
+    >>> K, t = np.eye(2), np.array([1.0, -1.0])
+    >>> sound = SimpleNamespace(alpha=np.array([0.5, -0.5]),
+    ...                         cavity_mean=np.array([0.1, 0.2]))
+    >>> contradicted_points(K, t, sound)  # LOO wrong on point 1: allowed
+    0
+    >>> broken = SimpleNamespace(alpha=np.array([-0.5, -0.5]),
+    ...                          cavity_mean=np.array([0.1, -0.2]))
+    >>> contradicted_points(K, t, broken)
+    1
+    """
+    with np.errstate(all="ignore"):
+        fitted = K @ solution.alpha
+        loo_right = t * solution.cavity_mean > 0
+        fitted_right = t * fitted > 0
+    return int(np.sum(loo_right & ~fitted_right))
+
+
+def _degenerate_advice(config, contradicted, n):
+    """What to change when a step likelihood's solution is degenerate."""
+    advice = ""
+    if contradicted:
+        advice = (
+            f" The fitted predictions contradict the leave-one-out ones on "
+            f"{contradicted} of {n} training points: the model is degenerate."
+        )
+    if config["likelihood"] == "step" and config["label_noise"] == 0.0:
+        advice += (
+            " The noise-free step likelihood has no room for points the kernel "
+            "cannot separate without huge fields: give label_noise > 0 or "
+            "'auto', use likelihood='probit', or a kernel with a shorter "
+            "length scale."
+        )
+    return advice
 
 
 def _take(X, rows):
@@ -870,7 +1028,11 @@ class TAPGaussianProcessClassifier(
             problem.update(result)
         self._problems = problems
         kernels = [p["kernel"].clone_with_theta(p["kernel"].theta) for p in problems]
-        self.kernel_ = kernels[0] if len(kernels) == 1 else CompoundKernel(kernels)
+        self.kernel_ = (
+            kernels[0]
+            if len(kernels) == 1
+            else ProblemKernels(kernels, self._problem_names())
+        )
         self.log_marginal_likelihood_value_ = np.mean(
             [p["log_evidence"] for p in problems]
         )
@@ -878,12 +1040,26 @@ class TAPGaussianProcessClassifier(
         noise = np.array([p["label_noise"] for p in problems], dtype=float)
         self.label_noise_ = float(noise[0]) if len(noise) == 1 else noise
 
-        positive = self._loo_positive(_num_samples(X))
-        self.loo_proba_ = self._proba(positive)
-        self.loo_error_ = weighted_error_rate(
-            y, self.classes_[self._decide(positive)], sample_weight
-        )
+        if all(p["loo_valid"] for p in problems):
+            positive = self._loo_positive(_num_samples(X))
+            self.loo_proba_ = self._proba(positive)
+            self.loo_error_ = weighted_error_rate(
+                y, self.classes_[self._decide(positive)], sample_weight
+            )
+        else:  # the fit warned why
+            self.loo_proba_ = np.full((_num_samples(X), self.n_classes_), np.nan)
+            self.loo_error_ = float("nan")
         return self
+
+    def _problem_names(self):
+        """Names of the binary problems, for ``kernel_``'s repr."""
+        labels = [repr(c.item() if hasattr(c, "item") else c) for c in self.classes_]
+        if self._one_vs_one():
+            return [
+                f"{labels[i]} vs {labels[j]}"
+                for i, j in one_vs_one_pairs(self.n_classes_)
+            ]
+        return [f"class {label}" for label in labels]
 
     def _sample_weight(self, X, y, sample_weight):
         """The validated sample weights times the class weights (or None)."""
