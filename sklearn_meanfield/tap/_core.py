@@ -383,6 +383,9 @@ class TAPSolution:
     fixed_cavity_variance : bool
         True for :func:`mean_field_iteration` (a closure's cavity variance,
         the cavity mean ``<h_i> - lambda_i alpha_i``), False for EP.
+    weights_below_power : str
+        How EP treated sites of weight below its power (see
+        :func:`expectation_propagation`).
 
     Examples
     --------
@@ -416,6 +419,7 @@ class TAPSolution:
     site_weights: np.ndarray = field(repr=False, default=None)
     stopped: bool = False
     fixed_cavity_variance: bool = False
+    weights_below_power: str = "auto"
     copy_cavity_mean: np.ndarray = field(repr=False, default=None)
     copy_cavity_var: np.ndarray = field(repr=False, default=None)
 
@@ -625,6 +629,7 @@ def expectation_propagation(
     anderson_memory=3,
     site_weights=None,
     honour_stop=False,
+    weights_below_power="auto",
 ):
     """Solve the adaptive TAP / EP equations with parallel damped updates.
 
@@ -694,12 +699,21 @@ def expectation_propagation(
         ones, is the unweighted iteration, bit for bit.  A weight below
         ``power`` would need a power above one (a cavity removing more than
         the site, improper where the site outweighs the rest of the
-        posterior): when ``likelihood.powered(e)`` exists (the noisy step,
-        whose powers are noisy steps) such a site is plain EP on its factor
-        ``p**w_i`` instead, the tilted distribution holding
-        ``likelihood**(w_i / power)``; for other likelihoods the power above
-        one is kept.  Zero weights are refused
-        (drop the points, see :func:`positive_site_weights`).
+        posterior); ``weights_below_power`` says what is done instead.
+        Zero weights are refused (drop the points, see
+        :func:`positive_site_weights`).
+    weights_below_power : {"auto", "tempered", "power"}, default="auto"
+        Sites of weight below ``power``: ``"power"`` keeps power EP with
+        power ``power / w_i`` above one, which is consistent under
+        splitting (``k`` copies of weight ``w / k`` are one site of weight
+        ``w``, also for fractional weights) but may leave improper cavities
+        and not converge; ``"tempered"`` is plain EP on ``p**w_i``
+        (``likelihood.powered``: the step in closed form, probit and
+        logistic by quadrature), stable, but consistent under splitting
+        only for weights at least ``power`` (merge identical points with
+        :func:`merge_identical_points` to keep repeated rows equal to their
+        weighted form); ``"auto"`` is ``"tempered"`` where the power has a
+        closed form (the step) and ``"power"`` otherwise.
     honour_stop : bool, default=False
         Stop (not converged, the best iterate kept, ``stopped=True``) when
         ``reporter`` returns True for a sweep, i.e. when a scikit-learn
@@ -730,7 +744,7 @@ def expectation_propagation(
     w = _check_site_weights(site_weights, n)
     # Per-site power of power EP (power / w removes one copy of a weighted
     # site) and the likelihood of the tilted distributions.
-    site_power, tilted = _tilted_sites(likelihood, w, power)
+    site_power, tilted = _tilted_sites(likelihood, w, power, weights_below_power)
     tau = np.zeros(n) if tau is None else np.array(tau, dtype=float)
     nu = np.zeros(n) if nu is None else np.array(nu, dtype=float)
     warm_starts = [(tau, nu)]
@@ -860,7 +874,15 @@ def expectation_propagation(
     if not converged:
         _, tau, nu, solution = best
         finished = _finish(
-            solution, tau, nu, t, likelihood, n_iter, converged, site_weights=w
+            solution,
+            tau,
+            nu,
+            t,
+            likelihood,
+            n_iter,
+            converged,
+            site_weights=w,
+            weights_below_power=weights_below_power,
         )
         finished.stopped = stopped
         return finished
@@ -869,7 +891,16 @@ def expectation_propagation(
     # likelihood.
     known_log_z = log_z if power == 1.0 else None
     return _finish(
-        solution, tau, nu, t, likelihood, n_iter, converged, known_log_z, site_weights=w
+        solution,
+        tau,
+        nu,
+        t,
+        likelihood,
+        n_iter,
+        converged,
+        known_log_z,
+        site_weights=w,
+        weights_below_power=weights_below_power,
     )
 
 
@@ -947,7 +978,16 @@ def _residual(posterior, solution, new_tau, new_nu, tau, nu):
 
 @_QUIET_OVERFLOW
 def _finish(
-    solution, tau, nu, t, likelihood, n_iter, converged, log_z=None, site_weights=None
+    solution,
+    tau,
+    nu,
+    t,
+    likelihood,
+    n_iter,
+    converged,
+    log_z=None,
+    site_weights=None,
+    weights_below_power="auto",
 ):
     """The :class:`TAPSolution` of sites ``(tau, nu)`` and their posterior.
 
@@ -961,7 +1001,7 @@ def _finish(
     # no proper cavity; those points fall back on their posterior marginal.
     invalid = ~(cavity_tau > 0)
     if w is not None:
-        beta, tilted = _tilted_sites(likelihood, w, 1.0)
+        beta, tilted = _tilted_sites(likelihood, w, 1.0, weights_below_power)
         copy_tau, copy_nu = _cavities(solution, beta * tau, beta * nu)
         invalid |= ~(copy_tau > 0)
     if np.any(invalid):
@@ -1023,12 +1063,13 @@ def _finish(
         converged=converged,
         posterior=solution,
         site_weights=w,
+        weights_below_power=weights_below_power,
         copy_cavity_mean=copy_mean,
         copy_cavity_var=copy_var,
     )
 
 
-def _tilted_sites(likelihood, w, power):
+def _tilted_sites(likelihood, w, power, mode="auto"):
     """Per-site power ``beta`` of power EP and the tilted distributions'
     likelihood, for site weights ``w`` (None: unweighted) and ``power``.
 
@@ -1039,14 +1080,20 @@ def _tilted_sites(likelihood, w, power):
     then exactly its repeated copies).  A weight below ``power`` would ask
     for a power above one (a cavity removing more than the site, improper
     where the site outweighs the rest of the posterior: a noise-free step
-    with weights 0.3 fitted nothing); when the likelihood can be raised to a
-    power (``likelihood.powered(e)``, the step) it is plain EP on
-    ``p**w_i`` instead, else the power above one is kept.
+    with weights 0.3 fitted nothing, a probit GP of amplitude 100 with
+    weights 0.3 did not converge in 2000 sweeps); when the likelihood can be
+    raised to a power (``likelihood.powered(e)``: the step in closed form,
+    probit and logistic by quadrature) it is plain EP on ``p**w_i`` instead,
+    else the power above one is kept.
     """
     if w is None:
         return power, likelihood
     exponent = np.minimum(w, power) / power
     powered = getattr(likelihood, "powered", None)
+    if mode == "power" or (
+        mode == "auto" and not getattr(likelihood, "powered_in_closed_form", False)
+    ):
+        powered = None
     tempered = None
     if powered is not None and np.any(exponent < 1.0):
         tempered = powered(exponent)
@@ -1593,7 +1640,9 @@ def ep_label_noise_gradient(solution, t, likelihood):
                 )
             )
         )
-    beta, tilted = _tilted_sites(likelihood, solution.site_weights, 1.0)
+    beta, tilted = _tilted_sites(
+        likelihood, solution.site_weights, 1.0, solution.weights_below_power
+    )
     per_copy = tilted.label_noise_gradient(
         t, solution.copy_cavity_mean, solution.copy_cavity_var
     )
