@@ -307,7 +307,6 @@ class StandardizedRegressorMixin:
                 sample_weight, X, dtype=np.float64, ensure_non_negative=True
             )
         Y = y.reshape(len(y), -1)
-        self._y_ndim = y.ndim
         y_scaler = Standardizer(Y, sample_weight, constant_scale=_CONSTANT_RTOL)
         scale, spread = y_scaler.scale, ~y_scaler.constant
         for j in np.flatnonzero(spread & ((scale > _MAX_SCALE) | (scale < _MIN_SCALE))):
