@@ -215,7 +215,10 @@ def _evaluate(
     weights=None,
     reporter=None,
 ):
-    """The EP solution, log evidence and (or None) its gradient at ``theta``."""
+    """The EP solution, log evidence and (or None) its gradient at ``theta``.
+
+    The solution's ``contradicted`` attribute is :func:`contradicted_points`.
+    """
     kernel, config = _at(theta, kernel, config)
     if eval_gradient:
         K, K_gradient = kernel(X, eval_gradient=True)
@@ -226,6 +229,7 @@ def _evaluate(
     )
     if warm is not None:
         warm.update(tau=solution.tau, nu=solution.nu)
+    solution.contradicted = contradicted_points(K, t, solution)
     if not eval_gradient:
         return solution, solution.log_evidence, None
     gradient = ep_evidence_gradient(solution, K_gradient)
@@ -298,7 +302,9 @@ def _optimize_from(initial_theta, X, t, kernel, config, task=None, weights=None)
 
 # An evaluation whose EP did not converge (plain and fractional EP stalled:
 # typically the noise-free step on a kernel that cannot separate the data
-# without huge fields) has no meaningful evidence or gradient.  The optimiser
+# without huge fields), or whose solution is degenerate (its fitted means
+# contradict its cavities, see contradicted_points: a loose tolerance can
+# pass a stalled iterate), has no meaningful evidence or gradient.  The optimiser
 # sees it as this much worse than the best evaluation so far, with a zero
 # gradient, so that its line search backs off (an infinite value would end
 # L-BFGS-B at once, reporting convergence at its start).
@@ -336,6 +342,7 @@ def _run_optimizer(initial_theta, X, t, kernel, config, task, weights):
         state["evaluations"] += 1
         reliable = (
             solution.converged
+            and not solution.contradicted
             and np.isfinite(value)
             and (gradient is None or np.all(np.isfinite(gradient)))
         )
@@ -347,7 +354,7 @@ def _run_optimizer(initial_theta, X, t, kernel, config, task, weights):
                 value,
                 ", ".join(f"{x:.4g}" for x in np.exp(theta)),
                 solution.n_iter,
-                "" if reliable else ", EP did not converge: rejected",
+                "" if reliable else ", not converged or degenerate: rejected",
             )
         if reliable:
             if eval_gradient:
@@ -616,6 +623,19 @@ def _degenerate_advice(config, contradicted, n):
             "length scale."
         )
     return advice
+
+
+def _predictive_positive(likelihood, mean, var):
+    """``likelihood.predictive_positive``, also for a step at zero variance.
+
+    A noise-free step's predictive at a point of zero posterior variance (a
+    degenerate fit, or a test point equal to a training point whose site is
+    a hard constraint) is the step itself: 1 or 0 by the mean's sign, 1/2 at
+    zero (the ``0 / 0`` of ``mean / sqrt(var)``).
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        positive = likelihood.predictive_positive(mean, var)
+    return np.where(np.isnan(positive), 0.5, positive)
 
 
 def _take(X, rows):
@@ -1103,7 +1123,7 @@ class TAPGaussianProcessClassifier(
         columns = []
         for problem, likelihood in zip(self._problems, self._likelihoods()):
             mean, var = self._problem_latent(problem, X)
-            columns.append(likelihood.predictive_positive(mean, var))
+            columns.append(_predictive_positive(likelihood, mean, var))
         return np.column_stack(columns)
 
     def _loo_positive(self, n_samples):
@@ -1128,7 +1148,7 @@ class TAPGaussianProcessClassifier(
                 mean, var = self._problem_latent(
                     problem, _safe_indexing(self.X_train_, others)
                 )
-                column[others] = likelihood.predictive_positive(mean, var)
+                column[others] = _predictive_positive(likelihood, mean, var)
             columns.append(column)
         return np.column_stack(columns)
 
