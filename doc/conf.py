@@ -55,6 +55,9 @@ html_theme_options = {
 }
 
 autosummary_generate = True
+# An API page's table of contents lists "fit()", not the class name again
+# before every method (the long entries ran off the side at 1280 px).
+toc_object_entries_show_parents = "hide"
 autodoc_default_options = {"members": True}
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
