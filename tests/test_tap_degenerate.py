@@ -99,9 +99,9 @@ def test_unconverged_step_on_moons_reports_nan_leave_one_out():
 @pytest.mark.filterwarnings("ignore:Mean of empty slice")
 def test_converged_but_contradicting_step_fit_is_degenerate():
     # At length scale 1 EP converges, but its sites reach precisions of 2e8:
-    # alpha = nu - tau * mean cancels, and the model predicts 5 training
-    # points wrongly whose leave-one-out (cavity) prediction is right, which
-    # no fixed point allows.
+    # alpha = nu - tau * mean cancels: the model misclassifies 5 training
+    # points (its marginals none), one of them a point whose leave-one-out
+    # (cavity) prediction is right, which no fixed point allows.
     X, y = _moons()
     model = TAPGaussianProcessClassifier(
         C(1.0) * RBF(1.0), likelihood="step", optimizer=None

@@ -756,7 +756,11 @@ class TAPGaussianProcessClassifier(
         Draws the restarts' starting points.  The same value gives the same
         model for any ``n_jobs`` and backend.
     verbose : int, default=0
-        1 reports optimiser results, 2 every mean-field sweep.  With
+        1 prints a line per evidence evaluation of the optimiser (log
+        evidence, ``exp(theta)``, sweeps, and whether the evaluation was
+        rejected as not converged or degenerate), the best run and the final
+        solve; 2 also every sweep of every mean-field solve (the optimiser's
+        evaluations included).  With
         scikit-learn >= 1.9, ``set_callbacks`` (e.g.
         ``sklearn.callback.ProgressBar()``) also follows the fit: one subtask
         per binary problem, run in its worker, holding one subtask per
@@ -780,16 +784,25 @@ class TAPGaussianProcessClassifier(
         The fitted kernel; for more than two classes a
         :class:`~sklearn.gaussian_process.kernels.CompoundKernel` of the
         binary problems' kernels (one per class, or one per pair of classes
-        in the order of :class:`~sklearn.multiclass.OneVsOneClassifier`).
+        in the order of :class:`~sklearn.multiclass.OneVsOneClassifier`),
+        whose repr lists each problem's kernel on its own line, named by its
+        class or pair of classes.
     log_marginal_likelihood_value_ : numpy.float64
         TAP log evidence of the fitted kernel (mean over the binary problems).
     loo_error_ : float
         Leave-one-out misclassification rate of ``predict``'s rule, from the
         cavity distributions, weighted by the sample weights when given.
+        NaN (with a ``ConvergenceWarning``) when a binary problem's final
+        solve did not converge or was stopped by a callback (its cavities are
+        not those of a fixed point), or when the fitted model is degenerate:
+        its predictions on the training points contradict its leave-one-out
+        predictions, which no fixed point allows (typically the noise-free
+        step likelihood on data the kernel separates only with huge fields).
     loo_proba_ : ndarray of shape (n_samples, n_classes)
         Leave-one-out predictive probabilities (as ``predict_proba`` of the
         model fitted without the sample); for a sample of zero weight, the
-        model's own predictive probabilities.
+        model's own predictive probabilities.  All NaN when ``loo_error_``
+        is.
     n_iter_ : int
         Mean-field sweeps of the final solve (largest over the binary
         problems).
