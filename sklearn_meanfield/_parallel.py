@@ -109,6 +109,15 @@ def factorisation_flops(n):
     The unit in which the library's BLAS-thread policy measures the work of
     one call: ``n**3 / 3``.
 
+    Parameters
+    ----------
+    n : int
+        Rows (and columns) of the matrix.
+
+    Returns
+    -------
+    flops : float
+
     Examples
     --------
     >>> from sklearn_meanfield._parallel import factorisation_flops
@@ -349,26 +358,90 @@ def _concurrency(parallel, n_jobs, n_tasks):
     return max(1, min(int(n_workers), n_tasks))
 
 
+def _dask_client(parallel):
+    """The Dask client behind ``parallel``'s backend, outside Dask workers."""
+    backend = getattr(parallel, "_backend", None)
+    if type(backend).__name__ != "DaskDistributedBackend":
+        return None
+    try:
+        import distributed
+
+        distributed.get_worker()
+    except ImportError:  # pragma: no cover - the backend needs distributed
+        return None
+    except ValueError:  # not inside a worker
+        return backend.client
+    # Nested in a Dask task: joblib's backend secedes from the worker's
+    # thread pool while it waits, which a plain gather would not.
+    return None
+
+
+def _gather_on_dask(parallel, client, function, calls, n_workers, caller_pid):
+    """Submit the tasks to the Dask cluster directly and gather their results.
+
+    joblib's Dask backend waits forever for a task that the scheduler gave
+    up on (``KilledWorker``: its workers died while running it, e.g. killed
+    for memory), because its completion callback only runs for tasks that
+    return.  Submitted directly, such a task raises here; and an interrupted
+    or failed gather cancels the tasks still queued or running, so the
+    cluster is free for the next fit.  Arrays the user scattered with
+    ``parallel_config(backend="dask", scatter=[...])`` are passed as their
+    futures; other arguments travel with each task (scattering them here
+    would put them on one worker, and lose them, and every task that needs
+    them, when that worker dies).
+    """
+    futures_of = getattr(parallel._backend, "data_futures", {})
+
+    def remote(value):
+        return futures_of.get(id(value), value)
+
+    futures = [
+        client.submit(
+            _run_task,
+            function,
+            n_workers,
+            tuple(remote(arg) for arg in args),
+            {name: remote(arg) for name, arg in kwargs.items()},
+            caller_pid,
+            pure=False,
+        )
+        for args, kwargs in calls
+    ]
+    try:
+        return client.gather(futures)
+    except BaseException:
+        client.cancel(futures)
+        raise
+
+
 def _dispatch(function, calls, *, n_jobs, verbose, prefer):
     """Run ``function(*args, **kwargs)`` for every ``(args, kwargs)`` in calls."""
     calls = list(calls)
     parallel = Parallel(n_jobs=n_jobs, verbose=verbose, prefer=prefer)
     n_workers = _concurrency(parallel, n_jobs, len(calls))
     caller_pid = os.getpid()
-    tasks = (
-        delayed(_run_task)(function, n_workers, args, kwargs, caller_pid)
-        for args, kwargs in calls
-    )
+    client = _dask_client(parallel)
+
+    def run():
+        if client is not None:
+            return _gather_on_dask(
+                parallel, client, function, calls, n_workers, caller_pid
+            )
+        return parallel(
+            delayed(_run_task)(function, n_workers, args, kwargs, caller_pid)
+            for args, kwargs in calls
+        )
+
     if n_workers == 1:
         # One task at a time (in this process or a single worker): leave the
         # BLAS threads alone.
-        return _unwrapped(parallel(tasks))
+        return _unwrapped(run())
     # Thread-based workers share this process's BLAS pool: limit it here, for
     # the whole run; process-based workers limit their own in the worker.
     with _threadpool_controller().limit(
         limits=blas_threads_per_worker(n_workers), user_api="blas"
     ):
-        results = parallel(tasks)
+        results = run()
     return _unwrapped(results)
 
 

@@ -32,6 +32,41 @@ except ImportError:  # pragma: no cover - older scikit-learn
 __all__ = ["CallbackTask", "ProgressReporter", "fit_progress"]
 
 
+def abandoned_on_dask():
+    """Whether this code runs in a Dask task whose result nobody wants any more.
+
+    A Dask client cancels the futures of a fit that was interrupted (Ctrl-C)
+    or failed, but a task already running on a worker thread cannot be
+    killed: it would hold the worker for as long as it runs (minutes for a
+    long chain), and the cluster would not start the next fit until then.
+    Every step a fit reports asks this question, so a cancelled task stops at
+    its next step the way a callback's stop request stops it.
+
+    Returns
+    -------
+    abandoned : bool
+        False outside Dask workers.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield._progress import abandoned_on_dask
+    >>> abandoned_on_dask()  # not on a Dask worker
+    False
+    """
+    distributed = sys.modules.get("distributed")
+    if distributed is None:  # Dask never imported: no worker here
+        return False
+    try:
+        worker = distributed.get_worker()
+    except ValueError:  # not inside a Dask task
+        return False
+    try:
+        task = worker.state.tasks.get(worker.get_current_task())
+    except Exception:  # pragma: no cover - another distributed version
+        return False
+    return task is None or task.state in ("cancelled", "released", "forgotten")
+
+
 def _parameters_only(estimator):
     """A copy of ``estimator`` holding its parameters and callbacks, no fit.
 
@@ -184,8 +219,9 @@ class CallbackTask:
         False
         """
         if self.context is None:
-            return False
-        return bool(self.context.call_on_fit_task_end(estimator=self.estimator, **data))
+            return abandoned_on_dask()
+        stop = self.context.call_on_fit_task_end(estimator=self.estimator, **data)
+        return bool(stop) or abandoned_on_dask()
 
     def step(self, task_name="step", **data):
         """A finished leaf subtask: create it and run its begin and end hooks.
@@ -209,7 +245,7 @@ class CallbackTask:
         False
         """
         if self.context is None:
-            return False
+            return abandoned_on_dask()
         return self.subtask(task_name).begin(**data).end(**data)
 
 

@@ -67,14 +67,17 @@ PARAM_GRIDS = {
 
 # scikit-learn checks an estimator is expected to fail, with the reason:
 # {class name: {check name: reason}}.  Every entry needs a written reason.
-# BetheRBM models binary units and must raise ValueError for values outside
-# [0, 1] (issue 7); these checks feed it data with values above 1 (the
-# positive_only tag only shifts data to be non-negative).  The same checks pass
-# on data squashed into [0, 1]: tests/test_bethe_rbm.py runs them all on a
-# subclass that maps x >= 0 to x / (1 + x) before validation.
+# BetheRBM's fit, partial_fit and score_samples raise ValueError for values
+# outside [0, 1] (the Bethe free energy is defined for probabilities only;
+# transform and gibbs accept any values, as BernoulliRBM's do); these checks
+# fit on data with values above 1 (the positive_only tag only shifts data to
+# be non-negative).  The same checks pass on data squashed into [0, 1]:
+# tests/test_bethe_rbm.py runs them all on a subclass that maps x >= 0 to
+# x / (1 + x) before validation.
 _BETHE_RBM_UNIT_INTERVAL = (
-    "feeds values above 1; BetheRBM raises ValueError outside [0, 1] by design "
-    "(passes on [0, 1] data in tests/test_bethe_rbm.py)"
+    "fits on values above 1; BetheRBM.fit raises ValueError outside [0, 1] by "
+    "design (transform and gibbs accept any values; every check passes on "
+    "[0, 1] data in tests/test_bethe_rbm.py)"
 )
 EXPECTED_FAILED_CHECKS = {
     "BetheRBM": {

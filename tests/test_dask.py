@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from joblib import parallel_config
 from sklearn.datasets import make_classification, make_friedman1
+from sklearn.gaussian_process.kernels import RBF
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
 from test_common import FAST_PARAMS
 
@@ -165,3 +166,133 @@ def test_outer_grid_search_on_dask(client):
     _same(local.cv_results_["mean_test_score"], remote.cv_results_["mean_test_score"])
     assert local.best_params_ == remote.best_params_
     _same(local.predict_proba(X), remote.best_estimator_.predict_proba(X))
+
+
+# ------------------------------------------------------------------ failures
+# A process cluster (workers are processes a task can kill) with one allowed
+# failure, so that a task whose worker dies twice is declared lost at once.
+
+
+@pytest.fixture(scope="module")
+def process_client():
+    import dask
+
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 1}),
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            protocol="tcp",
+            host="127.0.0.1",
+            dashboard_address=":0",
+        ) as cluster,
+        distributed.Client(cluster) as dask_client,
+    ):
+        yield dask_client
+
+
+class _WorkerKillingRBF(RBF):
+    """An RBF kernel that kills the process it runs in when that is a worker.
+
+    Stands for a worker lost in the middle of a task (the OOM killer, a node
+    taken away): the task is rescheduled, dies again, and Dask gives up.
+    """
+
+    def __call__(self, X, Y=None, eval_gradient=False):
+        try:
+            distributed.get_worker()
+        except ValueError:  # not on a worker: behave
+            return super().__call__(X, Y, eval_gradient)
+        import os
+
+        os._exit(1)
+
+
+def test_killed_worker_leaves_estimator_and_cluster_usable(process_client):
+    from sklearn_meanfield._parallel import run_parallel
+
+    X, y = _three_classes(45)
+    model = TAPGaussianProcessClassifier(optimizer=None, random_state=0)
+    model.fit(X, y)
+    before = model.predict_proba(X)
+    state = dict(vars(model))
+
+    killer = _WorkerKillingRBF(1.0)
+    with pytest.raises(distributed.scheduler.KilledWorker, match="died"):
+        with parallel_config(backend="dask"):
+            run_parallel(killer, [(X,), (X,), (X,)], n_jobs=-1)
+    # The same loss inside an estimator's fit: the error reaches the caller
+    # and the estimator keeps its previous fit, array for array.
+    model.set_params(kernel=killer)
+    with pytest.raises(distributed.scheduler.KilledWorker):
+        with parallel_config(backend="dask"):
+            model.fit(X, y)
+    assert vars(model).keys() == {**state, "kernel": killer}.keys()
+    np.testing.assert_array_equal(model.predict_proba(X), before)
+
+    # The cluster recovers (the nanny restarts the workers) and fits again,
+    # with the local result.
+    process_client.wait_for_workers(1, timeout=120)
+    model.set_params(kernel=None)
+    with parallel_config(backend="dask"):
+        again = model.fit(X, y).predict_proba(X)
+    np.testing.assert_array_equal(again, before)
+
+
+# Ctrl-C in a user's script: the fit is interrupted within seconds, keeps the
+# estimator's previous fit, cancels the chains it left on the cluster, and the
+# cluster fits again.  Run in a child process: a real SIGINT, as a terminal
+# sends it, to a script that owns its cluster.
+_INTERRUPTED_SCRIPT = """
+import os, signal, threading, time
+import numpy as np
+import distributed
+from joblib import parallel_config
+from sklearn.datasets import make_friedman1
+from sklearn_meanfield import HMCNetworkRegressor
+
+if __name__ == "__main__":
+    X, y = make_friedman1(n_samples=60, n_features=5, noise=0.3, random_state=0)
+    params = dict(hidden_layer_size=3, n_samples=20, n_warmup=20, n_leapfrog=10,
+                  n_chains=4, random_state=0)
+    model = HMCNetworkRegressor(**params).fit(X, y)
+    before, state = model.predict(X), set(vars(model))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1,
+                                  processes=True, host="127.0.0.1",
+                                  dashboard_address=":0") as cluster, \
+         distributed.Client(cluster) as client:
+        model.set_params(n_samples=20_000, n_warmup=200)  # a minute of work
+        threading.Timer(3.0, os.kill, args=(os.getpid(), signal.SIGINT)).start()
+        start = time.perf_counter()
+        try:
+            with parallel_config(backend="dask"):
+                model.fit(X, y)
+        except KeyboardInterrupt:
+            print("interrupted", round(time.perf_counter() - start))
+        model.set_params(n_samples=20, n_warmup=20)
+        print("unchanged", set(vars(model)) == state
+              and np.array_equal(model.predict(X), before))
+        time.sleep(1.0)
+        print("idle", all(len(t) == 0 for t in client.processing().values()))
+        with parallel_config(backend="dask"):
+            again = HMCNetworkRegressor(**params).fit(X, y).predict(X)
+        print("refit", np.array_equal(again, before))
+"""
+
+
+def test_interrupt_during_a_dask_fit(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "interrupted.py"
+    script.write_text(_INTERRUPTED_SCRIPT)
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in result.stdout.split("\n") if line)
+    assert int(lines["interrupted"]) < 15  # seconds after Ctrl-C, not minutes
+    assert lines["unchanged"] == "True"
+    assert lines["idle"] == "True"
+    assert lines["refit"] == "True"
