@@ -462,9 +462,8 @@ def test_ensemble_stop_ends_each_restart_after_that_iteration(covariance):
         warnings.simplefilter("ignore", ConvergenceWarning)
         two = _ensemble(covariance=covariance, max_iter=2).fit(X, y)
     stop = _TreeRecorder(_StopAt("iteration", min_id=1))
-    with warnings.catch_warnings():
-        # Stopped by the user: no convergence warning.
-        warnings.simplefilter("error", ConvergenceWarning)
+    # Stopped by a callback: the best iterate, and a warning that says so.
+    with pytest.warns(ConvergenceWarning, match="stopped by a callback"):
         stopped = _ensemble(covariance=covariance, max_iter=50)
         stopped.set_callbacks(stop).fit(X, y)
     # Stopped after its second iteration, every restart is the two-iteration fit.
@@ -522,7 +521,7 @@ def test_perceptron_problems_and_sweeps_are_callback_subtasks(n_classes, capsys)
 
 
 @pytest.mark.parametrize("n_jobs", [1, 2])
-def test_perceptron_restarts_are_callback_subtasks_and_stop_is_ignored(n_jobs):
+def test_perceptron_restarts_are_callback_subtasks(n_jobs):
     _callback_api()
     X, y = _data(TAPPerceptronClassifier())
     # Three sweeps are too few: the solve does not converge and the
@@ -531,8 +530,8 @@ def test_perceptron_restarts_are_callback_subtasks_and_stop_is_ignored(n_jobs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         plain = TAPPerceptronClassifier(**params).fit(X, y)
-        # Asks to stop at every sweep: ignored, the result is unchanged.
-        recorder = _TreeRecorder(_StopAt("sweep"))
+        # Records the task tree (stops are tested in test_tap_perceptron.py).
+        recorder = _TreeRecorder()
         model = TAPPerceptronClassifier(**params, n_jobs=n_jobs)
         model.set_callbacks(recorder).fit(X, y)
     tree = recorder.tree()
@@ -549,6 +548,7 @@ def test_perceptron_restarts_are_callback_subtasks_and_stop_is_ignored(n_jobs):
 
 
 @pytest.mark.parametrize("n_jobs", [1, 2])
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_gpc_runs_evaluations_and_sweeps_are_callback_subtasks(n_jobs, capsys):
     _callback_api()
     X, y = make_classification(
@@ -562,7 +562,7 @@ def test_gpc_runs_evaluations_and_sweeps_are_callback_subtasks(n_jobs, capsys):
     )
     params = dict(n_restarts_optimizer=1, random_state=0)
     plain = TAPGaussianProcessClassifier(**params, n_jobs=1).fit(X, y)
-    recorder = _TreeRecorder(_StopAt("sweep"))  # stop requests are ignored
+    recorder = _TreeRecorder()  # stops are tested in test_tap_gpc.py
     model = TAPGaussianProcessClassifier(**params, n_jobs=n_jobs, verbose=2)
     model.set_callbacks(recorder).fit(X, y)
     printed = _sweep_lines(capsys.readouterr().out)

@@ -357,7 +357,16 @@ class EnsembleLearningRegressor(
 
     def _finish(self, X1, T, y, shape, results, rng, sample_weight):
         _, best = select_best(results, key=lambda r: r["bound"])
-        if not (best["converged"] or best["stopped"]):
+        if best["stopped"] and not best["converged"]:
+            # As every estimator of the library: a fit cut short by a
+            # callback keeps its best iterate and says that it is one.
+            warnings.warn(
+                f"EnsembleLearningRegressor was stopped by a callback after "
+                f"{best['n_iter']} iterations, before the bound converged; the "
+                "model is the best iterate so far.",
+                ConvergenceWarning,
+            )
+        elif not best["converged"]:
             warnings.warn(
                 f"EnsembleLearningRegressor did not converge in max_iter="
                 f"{self.max_iter} iterations; increase max_iter or tol.",
