@@ -171,9 +171,6 @@ def blas_threads_for_matrix(side):
         yield
 
 
-# The former name, kept while the estimator modules move to the new one.
-single_blas_thread_if_small = blas_threads_for_matrix
-
 # Seeds are drawn in [0, 2**31 - 1): valid for np.random.RandomState,
 # np.random.default_rng and every scikit-learn ``random_state`` argument.
 _MAX_SEED = np.iinfo(np.int32).max

@@ -21,10 +21,10 @@ from .._base import atomic_fit
 from .._gaussian import log_noisy_step
 from .._parallel import (
     N_JOBS_CONSTRAINT,
+    blas_threads_for_matrix,
     draw_seeds,
     run_parallel,
     select_best,
-    single_blas_thread_if_small,
 )
 from .._progress import CallbackSupportMixin, ProgressReporter, fit_progress
 from ._core import (
@@ -288,7 +288,7 @@ def _fit_binary(Phi, t, w, config, seed, n_jobs, task=None):
     side = Phi.shape[1] if config["space"] == "weight" else Phi.shape[0]
     reporter = ProgressReporter(config["verbose"], "TAPPerceptronClassifier", task=task)
     reporter.task.begin()
-    with single_blas_thread_if_small(side):
+    with blas_threads_for_matrix(side):
         problem = _fit_binary_solve(Phi, t, w, config, seed, n_jobs, reporter)
     reporter.task.end()
     return problem
