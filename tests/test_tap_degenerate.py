@@ -410,3 +410,12 @@ def test_multiclass_kernel_prints_each_problems_kernel(multi_class):
     np.testing.assert_allclose(
         model.kernel_(X[:3]), np.dstack([kernel(X[:3]) for kernel in kernels])
     )
+
+
+def test_verbose_lines_name_the_binary_problem(capsys):
+    X, y = load_iris(return_X_y=True)
+    X, y = StandardScaler().fit_transform(X)[::3], y[::3]
+    TAPGaussianProcessClassifier(C(1.0) * RBF(1.0), optimizer=None, verbose=1).fit(X, y)
+    out = capsys.readouterr().out.splitlines()
+    finals = sorted(line.split("]")[0] for line in out if "final tap solve" in line)
+    assert finals == [f"[TAPGaussianProcessClassifier class {k}" for k in range(3)]

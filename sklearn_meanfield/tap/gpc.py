@@ -322,7 +322,7 @@ def _run_optimizer(initial_theta, X, t, kernel, config, task, weights):
     }
     printer = None
     if config["verbose"] >= 1:
-        printer = ProgressReporter(config["verbose"], "TAPGaussianProcessClassifier")
+        printer = ProgressReporter(config["verbose"], _prefix(config))
 
     def objective(theta, eval_gradient=True):
         tol = max(config["tol"], state["tol"])
@@ -434,9 +434,7 @@ def _fit_binary(X, t, kernel, config, seed, n_jobs, task=None, weights=None):
     problem's callback task: its subtasks are the optimiser runs (a step per
     evidence evaluation) and the final solve (a step per sweep).
     """
-    reporter = ProgressReporter(
-        config["verbose"], "TAPGaussianProcessClassifier", task=task
-    )
+    reporter = ProgressReporter(config["verbose"], _prefix(config), task=task)
     reporter.task.begin()
     with blas_threads_for_matrix(_num_samples(X)):
         problem = _fit_binary_on_current_threads(
@@ -623,6 +621,13 @@ def _degenerate_advice(config, contradicted, n):
             "length scale."
         )
     return advice
+
+
+def _prefix(config):
+    """Progress lines' prefix: the estimator, and the binary problem if several."""
+    problem = config.get("problem")
+    name = "TAPGaussianProcessClassifier"
+    return name if problem is None else f"{name} {problem}"
 
 
 def _predictive_positive(likelihood, mean, var):
@@ -1045,13 +1050,15 @@ class TAPGaussianProcessClassifier(
                     _take(self.X_train_, p["rows"]),
                     p["t"],
                     kernel,
-                    config,
+                    config if len(problems) == 1 else {**config, "problem": name},
                     int(seed),
                     self.n_jobs if len(problems) == 1 else 1,
                     task,
                     p["weights"],
                 )
-                for p, seed, task in zip(problems, seeds, tasks)
+                for p, seed, task, name in zip(
+                    problems, seeds, tasks, self._problem_names()
+                )
             ]
             if len(problems) == 1:
                 fitted = [_fit_binary(*calls[0])]
