@@ -146,7 +146,8 @@ reporter, site_weights, honour_stop
 
     Examples
     --------
-    Three points that a smooth kernel cannot separate without huge fields:
+    A noisy step on three alternating labels (plain EP converges here; the
+    fallback only runs where it stalls):
 
     >>> import numpy as np
     >>> from sklearn_meanfield.tap._core import KernelPosterior
