@@ -1,6 +1,6 @@
 """Compute the user guide's figures: one PNG per method in ``doc/_static``.
 
-Run ``python doc/make_figures.py`` (about a minute on one core) to redraw
+Run ``python doc/make_figures.py`` (16 s on an idle 2-core machine) to redraw
 them all, or ``python doc/make_figures.py tap_gpc bethe_rbm`` for some.  Every
 figure is computed with the public estimators on small data (the Bethe figure
 also enumerates the small RBMs' states exactly); the PNGs are committed so
