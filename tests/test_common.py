@@ -36,8 +36,10 @@ FAST_PARAMS = {
         "random_state": 0,
     },
     "BetheRBM": {"n_components": 4, "n_iter": 3, "random_state": 0},
-    # The kernel stays fixed here; the optimiser has its own tests.
-    "TAPGaussianProcessClassifier": {"optimizer": None},
+    # The kernel stays fixed here; the optimiser has its own tests.  A tight
+    # EP tolerance: the sample-weight check compares a weighted fit with one
+    # on repeated rows at rtol 1e-7, which the default tol leaves to chance.
+    "TAPGaussianProcessClassifier": {"optimizer": None, "tol": 1e-8},
     "HMCNetworkRegressor": {
         "hidden_layer_size": 3,
         "n_samples": 20,
@@ -80,6 +82,15 @@ _BETHE_RBM_UNIT_INTERVAL = (
     "[0, 1] data in tests/test_bethe_rbm.py)"
 )
 EXPECTED_FAILED_CHECKS = {
+    "TAPGaussianProcessClassifier": {
+        "check_class_weight_classifiers": (
+            "optimizer=None keeps RBF(length_scale=1) on the check's blobs of "
+            "standard deviation 20: most test points are out of the kernel's "
+            "reach of every training point, where the GP predicts its prior's "
+            "1/2 whatever the class weights; passes with the default optimiser "
+            "or a kernel of the data's scale (tests/test_tap_gpc.py)"
+        ),
+    },
     "BetheRBM": {
         "check_dict_unchanged": _BETHE_RBM_UNIT_INTERVAL,
         "check_dont_overwrite_parameters": _BETHE_RBM_UNIT_INTERVAL,
@@ -171,10 +182,12 @@ def prediction_outputs(estimator, X):
     return outputs
 
 
-def assert_sane_outputs(estimator, X):
+def assert_sane_outputs(estimator, X, loo_defined=True):
     """Finite outputs, labels among ``classes_``, probability rows summing to 1.
 
-    Returns the outputs (:func:`prediction_outputs`).
+    ``loo_defined=False`` accepts a NaN ``loo_error_`` (a TAP fit whose final
+    solve did not converge has no cavity leave-one-out estimate).  Returns the
+    outputs (:func:`prediction_outputs`).
     """
     outputs = prediction_outputs(estimator, X)
     for name, value in outputs.items():
@@ -185,10 +198,13 @@ def assert_sane_outputs(estimator, X):
     if "predict_proba" in outputs:
         proba = outputs["predict_proba"]
         assert np.all((proba >= 0) & (proba <= 1))
-        np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+        # Rounding at the precision of the input (float32 in: float32 coef_).
+        dtypes = [proba.dtype] + [X.dtype] * (getattr(X, "dtype", None) == np.float32)
+        rtol = max(1e-12, 4 * max(np.finfo(d).eps for d in dtypes))
+        np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=rtol)
     if "predict_std" in outputs:
         assert np.all(outputs["predict_std"] > 0)
-    if is_classifier(estimator) or is_regressor(estimator):
+    if (is_classifier(estimator) or is_regressor(estimator)) and loo_defined:
         assert np.isfinite(estimator.loo_error_)
     return outputs
 

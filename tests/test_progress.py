@@ -404,12 +404,16 @@ def test_hmc_stop_keeps_fewer_draws_in_every_chain(n_jobs):
         # iterations, 8 of them past the 20 of warm-up.
         stop = _StopAt("iterations", parent_ids=(1,), min_id=6)
         stopped = _hmc(n_jobs=n_jobs).set_callbacks(_TreeRecorder(stop)).fit(X, y)
-        # A request during warm-up waits for the minimum of four draws.
+        # A request during warm-up ends the fit at once: the last four
+        # warm-up states are the draws, with a ConvergenceWarning.
         early = _StopAt("iterations", parent_ids=(0,), min_id=0)
-        warm = _hmc(n_jobs=n_jobs).set_callbacks(_TreeRecorder(early)).fit(X, y)
+        with pytest.warns(ConvergenceWarning, match="during warm-up"):
+            warm = _hmc(n_jobs=n_jobs).set_callbacks(_TreeRecorder(early)).fit(X, y)
+    assert warm.parameter_draws_.shape[0] == 3 * 4
+    assert np.all(np.isfinite(warm.predict(X))) and np.isfinite(warm.rhat_)
     n_chains, n_params = 3, full.parameter_draws_.shape[1]
     by_chain = full.parameter_draws_.reshape(n_chains, full.n_samples, n_params)
-    for model, n_kept in [(stopped, 8), (warm, 4)]:
+    for model, n_kept in [(stopped, 8)]:
         # Every chain keeps the first n_kept draws of the uninterrupted chain.
         expected = by_chain[:, :n_kept].reshape(n_chains * n_kept, n_params)
         np.testing.assert_array_equal(model.parameter_draws_, expected)
@@ -585,8 +589,9 @@ def test_gpc_runs_evaluations_and_sweeps_are_callback_subtasks(n_jobs, capsys):
         final_sweeps.append(len(solve))
     assert max(final_sweeps) == model.n_iter_
     if n_jobs == 1:  # workers' prints do not reach capsys
-        # One step per sweep of the final solves: as printed at verbose=2.
-        assert sum(final_sweeps) == len(printed)
+        # verbose=2 prints every sweep of every solve, the optimiser's
+        # evaluations too: at least the final solves' sweeps.
+        assert len(printed) > sum(final_sweeps)
     np.testing.assert_array_equal(model.predict_proba(X), plain.predict_proba(X))
     np.testing.assert_array_equal(model.loo_proba_, plain.loo_proba_)
 
