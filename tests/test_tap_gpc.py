@@ -33,12 +33,13 @@ from sklearn_meanfield.tap._core import (
     _finish,
     expectation_propagation,
 )
+from sklearn_meanfield.tap._footprint import check_gp_fit_memory
 from sklearn_meanfield.tap._likelihoods import (
     GaussianLikelihood,
     NoisyStepLikelihood,
     make_likelihood,
 )
-from sklearn_meanfield.tap.gpc import LABEL_NOISE_BOUNDS, check_kernel_memory
+from sklearn_meanfield.tap.gpc import LABEL_NOISE_BOUNDS
 
 
 def _noisy_labels(n, seed, flip=0.1):
@@ -714,10 +715,26 @@ def test_warnings_of_parallel_one_vs_rest_problems_reach_the_caller():
     assert caught[1] == caught[0]
 
 
-def test_refuses_kernel_matrices_that_do_not_fit_in_memory():
+def test_refuses_kernel_matrices_that_do_not_fit_in_memory(monkeypatch):
+    from sklearn_meanfield import _memory
+
+    X = np.random.RandomState(0).normal(size=(1000, 2))
+    kernel = C() * RBF()
+    check_gp_fit_memory(kernel, X)  # ~72 MB: fine
+    # With 1 GiB to spare, 4000 rows (~1.2 GB at the optimiser's peak) are
+    # refused before any work, and one-vs-rest workers in parallel count.
+    monkeypatch.setattr(_memory, "available_memory_bytes", lambda: 2**30)
+    X = np.random.RandomState(0).normal(size=(4000, 2))
     with pytest.raises(MemoryError, match="GiB"):
-        check_kernel_memory(10**7)
-    check_kernel_memory(1000)  # 8 MB per matrix: fine
+        check_gp_fit_memory(kernel, X)
+    check_gp_fit_memory(kernel, X[:2500])  # ~0.45 GB
+    with pytest.raises(MemoryError, match="2 concurrent workers"):
+        check_gp_fit_memory(kernel, X[:2500], n_problems=3, n_concurrent=2)
+    y = (X[:, 0] > 0).astype(int)
+    model = TAPGaussianProcessClassifier()
+    with pytest.raises(MemoryError, match="4000 samples"):
+        model.fit(X, y)
+    assert not hasattr(model, "classes_")
 
 
 def test_one_class_is_an_error():

@@ -1,10 +1,10 @@
 """Gaussian-process classification by TAP mean-field theory (Opper & Winther)."""
 
-import os
 import warnings
 from numbers import Integral, Real
 
 import numpy as np
+from joblib import effective_n_jobs
 from scipy.optimize import minimize
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
@@ -44,6 +44,7 @@ from ._core import (
     weighted_error_rate,
 )
 from ._fallback import ep_with_fallback
+from ._footprint import check_gp_fit_memory
 from ._likelihoods import make_likelihood
 from ._multiclass import (
     ProblemKernels,
@@ -56,51 +57,6 @@ from ._multiclass import (
 )
 
 __all__ = ["TAPGaussianProcessClassifier"]
-
-# Work arrays of one evidence evaluation: K, B (or C), V (or W), the posterior
-# covariance for the gradient, plus one n x n slice per kernel hyperparameter.
-_N_SQUARE_MATRICES = 4
-
-
-def check_kernel_memory(n_samples, n_hyperparameters=0, fraction=0.8):
-    """Refuse a problem whose n x n work arrays cannot fit in memory.
-
-    Parameters
-    ----------
-    n_samples : int
-    n_hyperparameters : int, default=0
-        Number of kernel hyperparameters whose gradient matrices are needed.
-    fraction : float, default=0.8
-        Share of the physical memory that may be used.
-
-    Raises
-    ------
-    MemoryError
-        With the number of bytes the fit would need.
-
-    Examples
-    --------
-    >>> from sklearn_meanfield.tap.gpc import check_kernel_memory
-    >>> check_kernel_memory(1000)  # 8 MB per matrix: fine
-    >>> try:
-    ...     check_kernel_memory(10**7)
-    ... except MemoryError as error:
-    ...     print("GiB" in str(error))
-    True
-    """
-    needed = 8.0 * n_samples**2 * (_N_SQUARE_MATRICES + n_hyperparameters)
-    try:
-        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not a POSIX system
-        return
-    if needed > fraction * available:
-        raise MemoryError(
-            f"A Gaussian-process fit on {n_samples} samples needs about "
-            f"{needed / 2**30:.1f} GiB for its {n_samples} x {n_samples} matrices, "
-            f"more than {fraction:.0%} of this machine's "
-            f"{available / 2**30:.1f} GiB. Subsample the data, or use "
-            "TAPPerceptronClassifier (weight space) for linear models."
-        )
 
 
 class _StopRequested(Exception):
@@ -1034,12 +990,12 @@ class TAPGaussianProcessClassifier(
         self.n_classes_ = len(self.classes_)
         sample_weight = self._sample_weight(X, y, sample_weight)
         kernel = self._base_kernel()
-        check_kernel_memory(_num_samples(X), kernel.n_dims)
         rng = check_random_state(self.random_state)
         config = self._config()
 
         self.X_train_ = np.copy(X) if self.copy_X_train else X
         problems = self._problem_specs(y_index, sample_weight)
+        self._check_memory(X, kernel, len(problems))
         seeds = draw_seeds(rng, len(problems))
         with fit_progress(
             self, self.verbose, max_steps=len(problems), X=X, y=y
@@ -1122,6 +1078,28 @@ class TAPGaussianProcessClassifier(
         if not np.any(sample_weight > 0):
             raise ValueError("Every sample weight is zero: there is nothing to fit.")
         return sample_weight
+
+    def _check_memory(self, X, kernel, n_problems):
+        """Refuse, before any work, a fit whose n x n arrays cannot fit.
+
+        Counts the kernel's own temporaries, the EP work, the factors kept
+        by finished problems and every concurrent worker
+        (:func:`~sklearn_meanfield.tap._footprint.gp_fit_peak_bytes`).
+        """
+        optimise = self.optimizer is not None
+        parallel_tasks = (
+            n_problems if n_problems > 1 else 1 + self.n_restarts_optimizer * optimise
+        )
+        n_concurrent = max(1, min(effective_n_jobs(self.n_jobs), parallel_tasks))
+        check_gp_fit_memory(
+            kernel,
+            X,
+            optimise=optimise,
+            n_problems=n_problems,
+            n_concurrent=n_concurrent,
+            method=self.method,
+            likelihood=self.likelihood,
+        )
 
     def _likelihoods(self):
         """The fitted likelihood of each binary problem."""
