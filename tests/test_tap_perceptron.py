@@ -12,8 +12,8 @@ from sklearn.linear_model import LogisticRegressionCV, Perceptron
 from sklearn_meanfield import TAPPerceptronClassifier
 from sklearn_meanfield.tap import _weight_space
 from sklearn_meanfield.tap._core import WeightSpacePosterior, expectation_propagation
+from sklearn_meanfield.tap._fallback import powered_label_noise as _powered_label_noise
 from sklearn_meanfield.tap._likelihoods import NoisyStepLikelihood
-from sklearn_meanfield.tap.perceptron import _powered_label_noise
 
 
 def _teacher_data(n_samples, n_features, seed, flip=0.0, n_test=0):

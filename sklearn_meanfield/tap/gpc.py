@@ -647,7 +647,7 @@ class TAPGaussianProcessClassifier(
         (the same model, approximated by TAP instead of Laplace).  Its
         exponential tails make it more forgiving of mislabelled points than the
         probit; its cavity averages are computed by quadrature, so a fit takes
-        1.1-1.3 times the probit's (on the benchmark: 1.04x Laplace's time at
+        1.1-1.8 times the probit's (on the benchmark: 1.04x Laplace's time at
         250 points, 0.55-0.84x at 500-2000, with a lower held-out log-loss at
         every size).
     label_noise : float in [0, 0.5) or "auto", default=0.0

@@ -31,14 +31,13 @@ from ._core import (
     KernelPosterior,
     PriorVariance,
     WeightSpacePosterior,
-    _finish,
-    expectation_propagation,
     mean_field_iteration,
     merge_identical_points,
     partial_cavities,
     positive_site_weights,
     weighted_error_rate,
 )
+from ._fallback import ep_with_fallback
 from ._likelihoods import NoisyStepLikelihood
 from ._multiclass import (
     encode_classes,
@@ -88,91 +87,27 @@ class _IsotropicVariance:
         return self.prior_var * max(1.0 - overlap, _MIN_ISOTROPIC_VARIANCE)
 
 
-# Plain parallel EP that has not halved its residual in this many sweeps is
-# stalled (measured: it then stays at residual 0.1-0.7 for hundreds of sweeps).
-_PLAIN_EP_PATIENCE = 25
-# The fallback for stalled plain EP: fractional EP with a step per site, from
-# the same start, at these powers in turn (measured on misspecified noisy
-# problems, N = 50, m = 500-10,000: converged in 100-320 sweeps where plain EP
-# stalled; power 0.25 where 0.5 did not, at label_noise 0.01).
-_FRACTIONAL_POWERS = (0.5, 0.25)
-_FRACTIONAL_PATIENCE = 100
-
-
-def _powered_label_noise(label_noise, power):
-    """``p(t | h)**power`` is a noisy step again, with this label noise.
-
-    ``(k + (1 - 2k) Theta)**e = k**e + ((1 - k)**e - k**e) Theta``, i.e. up to
-    a constant factor label noise ``k**e / (k**e + (1 - k)**e)``.
-    """
-    if label_noise == 0.0:
-        return 0.0
-    return 1.0 / (1.0 + ((1.0 - label_noise) / label_noise) ** power)
-
-
 def _adaptive_solve(posterior, t, w, config, warm, reporter):
     """Adaptive TAP: plain EP, then fractional EP where plain EP stalls.
 
-    Fractional (power) EP has its own fixed point, a little different from
-    plain EP's (an alpha-divergence projection with alpha = power); the
-    returned cavities remove whole sites, so the leave-one-out estimate keeps
-    its meaning.
+    The ladder is :func:`~sklearn_meanfield.tap._fallback.ep_with_fallback`,
+    shared with the GP classifier's step likelihood; the returned cavities
+    remove whole sites, so the leave-one-out estimate keeps its meaning.
     """
-    sweeps = reporter.steps_at(2, "sweep")
-    likelihood = NoisyStepLikelihood(config["label_noise"], sigma=0.0)
-    solution = expectation_propagation(
+    return ep_with_fallback(
         posterior,
         t,
-        likelihood,
+        NoisyStepLikelihood(config["label_noise"], sigma=0.0),
         tau=warm.get("tau"),
         nu=warm.get("nu"),
         max_iter=config["max_iter"],
         tol=config["tol"],
         damping=config["damping"],
-        reporter=sweeps,
-        patience=_PLAIN_EP_PATIENCE,
+        reporter=reporter.steps_at(2, "sweep"),
+        log=reporter,
         site_weights=w,
         honour_stop=True,
     )
-    n_iter = solution.n_iter
-    for power in _FRACTIONAL_POWERS:
-        budget = config["max_iter"] - n_iter
-        if solution.converged or solution.stopped or budget <= 0:
-            break
-        reporter(1, "EP not converged after %d sweeps; power EP %.2f", n_iter, power)
-        noise = _powered_label_noise(config["label_noise"], power)
-        solution = expectation_propagation(
-            posterior,
-            t,
-            NoisyStepLikelihood(noise, sigma=0.0),
-            tau=warm.get("tau"),
-            nu=warm.get("nu"),
-            max_iter=budget,
-            tol=config["tol"],
-            damping=config["damping"],
-            reporter=sweeps,
-            power=power,
-            site_steps=True,
-            patience=_FRACTIONAL_PATIENCE,
-            site_weights=w,
-            honour_stop=True,
-        )
-        n_iter += solution.n_iter
-        stopped = solution.stopped
-        # Whole-site cavities, log Z and evidence with the likelihood itself.
-        solution = _finish(
-            solution.posterior,
-            solution.tau,
-            solution.nu,
-            t,
-            likelihood,
-            n_iter,
-            solution.converged,
-            site_weights=solution.site_weights,
-        )
-        solution.stopped = stopped
-    solution.n_iter = n_iter
-    return solution
 
 
 def _solve(posterior, t, w, config, warm=None, reporter=None):
