@@ -8,11 +8,13 @@ its defaults and a failing grid-search test that asks for an entry.
 """
 
 import inspect
+import warnings
 
 import numpy as np
 import pytest
 from sklearn.base import BaseEstimator, clone, is_classifier, is_regressor
 from sklearn.datasets import load_digits, make_classification, make_friedman1
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import (
     GridSearchCV,
     KFold,
@@ -345,3 +347,28 @@ def test_negative_n_jobs_means_all_cores_but_some(estimator):
     reference = clone(estimator).set_params(n_jobs=1).fit(X, y)
     model = clone(estimator).set_params(n_jobs=-2).fit(X, y)
     np.testing.assert_allclose(model.predict(X), reference.predict(X))
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS, ids=_ids)
+def test_fitted_model_does_not_alias_the_callers_arrays(estimator):
+    # Overwriting the training arrays after fit must not change the model
+    # (the GP classifier's X_train_ shared memory with X before).
+    X, y = small_data(estimator)
+    if type(estimator).__name__ == "BetheRBM":
+        X = (X - X.min()) / (X.max() - X.min())
+    X_fit = np.array(X, copy=True)
+    y_fit = None if y is None else np.array(y, copy=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = (
+            clone(estimator).fit(X_fit, y_fit)
+            if y is not None
+            else (clone(estimator).fit(X_fit))
+        )
+    before = prediction_outputs(model, X)
+    X_fit[:] = 0.0
+    if y_fit is not None:
+        y_fit[:] = y_fit[0]
+    after = prediction_outputs(model, X)
+    for name in before:
+        np.testing.assert_array_equal(after[name], before[name], err_msg=name)
