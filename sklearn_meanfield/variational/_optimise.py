@@ -288,6 +288,7 @@ def fit_restart(
     seed,
     max_precision,
     task=None,
+    label="EnsembleLearningRegressor",
     sample_weight=None,
 ):
     """One variational fit from one random start.
@@ -313,6 +314,9 @@ def fit_restart(
     seed : int
     max_precision : float
         Cap of every precision.
+    label : str, default="EnsembleLearningRegressor"
+        Prefix of the progress lines (the shell names the restart; its
+        internal seed means nothing to a user).
     task : CallbackTask or None, default=None
         The restart's scikit-learn callback task
         (:class:`~sklearn_meanfield._progress.CallbackTask`): its hooks run
@@ -350,7 +354,7 @@ def fit_restart(
     """
     with threadpool_limits(limits=1, user_api="blas"):
         rng = np.random.RandomState(seed)
-        reporter = ProgressReporter(verbose, f"EnsembleLearning seed={seed}", task=task)
+        reporter = ProgressReporter(verbose, label, task=task)
         reporter.task.begin()
         groups = weight_groups(shape)
         theta = init_params(shape, rng, init_std=init_std)

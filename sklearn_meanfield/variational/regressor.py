@@ -29,9 +29,10 @@ from ._optimise import fit_memory_bytes, fit_restart
 __all__ = ["EnsembleLearningRegressor"]
 
 
-def _run_restart(X1, T, settings, seed, task):
+def _run_restart(X1, T, settings, seed, task, index):
     """Module-level (picklable) unit of parallel work: one restart."""
-    return fit_restart(X1, T, seed=seed, task=task, **settings)
+    label = f"EnsembleLearningRegressor restart {index}"
+    return fit_restart(X1, T, seed=seed, task=task, label=label, **settings)
 
 
 # Every precision (noise and weight groups, standardised units) stays in
@@ -319,8 +320,8 @@ class EnsembleLearningRegressor(
             results = run_parallel(
                 _run_restart,
                 [
-                    (X1[rows], T[rows], settings, int(s), t)
-                    for s, t in zip(seeds, tasks)
+                    (X1[rows], T[rows], settings, int(s), t, k)
+                    for k, (s, t) in enumerate(zip(seeds, tasks))
                 ],
                 n_jobs=self.n_jobs,
             )
