@@ -871,26 +871,15 @@ def expectation_propagation(
         if trial is None:
             break
         tau, nu, solution = trial_tau, trial_nu, trial
-    if not converged:
+    if converged:
+        # The last sweep's log normalisers belong to these very cavities (one
+        # copy of each site removed when power is 1): no second pass over the
+        # likelihood.
+        known_log_z = log_z if power == 1.0 else None
+    else:
         _, tau, nu, solution = best
-        finished = _finish(
-            solution,
-            tau,
-            nu,
-            t,
-            likelihood,
-            n_iter,
-            converged,
-            site_weights=w,
-            weights_below_power=weights_below_power,
-        )
-        finished.stopped = stopped
-        return finished
-    # The last sweep's log normalisers belong to these very cavities (one
-    # copy of each site removed when power is 1): no second pass over the
-    # likelihood.
-    known_log_z = log_z if power == 1.0 else None
-    return _finish(
+        known_log_z = None
+    finished = _finish(
         solution,
         tau,
         nu,
@@ -902,6 +891,8 @@ def expectation_propagation(
         site_weights=w,
         weights_below_power=weights_below_power,
     )
+    finished.stopped = stopped
+    return finished
 
 
 def _proper_solution(posterior, tau, nu):

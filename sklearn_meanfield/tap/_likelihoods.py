@@ -169,8 +169,17 @@ class NoisyStepLikelihood:
         return np.exp(-log_z) - 2.0 * np.exp(log_ndtr(z) - log_z)
 
     def predictive_positive(self, mean, var):
-        """``p(t = +1)`` for a Gaussian field ``N(mean, var)``."""
-        z = mean / np.sqrt(var + self.sigma**2)
+        """``p(t = +1)`` for a Gaussian field ``N(mean, var)``.
+
+        At zero variance (a noise-free step at a point whose site is a hard
+        constraint, or a degenerate fit) the predictive is the step itself:
+        by the mean's sign, 1/2 on the step.
+        """
+        spread = var + self.sigma**2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = mean / np.sqrt(spread)
+        on_step = np.where(mean > 0, np.inf, np.where(mean < 0, -np.inf, 0.0))
+        z = np.where(spread > 0, z, on_step)
         return np.exp(log_noisy_step(z, self.label_noise))
 
     @property

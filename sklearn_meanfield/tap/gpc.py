@@ -586,19 +586,6 @@ def _prefix(config):
     return name if problem is None else f"{name} {problem}"
 
 
-def _predictive_positive(likelihood, mean, var):
-    """``likelihood.predictive_positive``, also for a step at zero variance.
-
-    A noise-free step's predictive at a point of zero posterior variance (a
-    degenerate fit, or a test point equal to a training point whose site is
-    a hard constraint) is the step itself: 1 or 0 by the mean's sign, 1/2 at
-    zero (the ``0 / 0`` of ``mean / sqrt(var)``).
-    """
-    with np.errstate(divide="ignore", invalid="ignore"):
-        positive = likelihood.predictive_positive(mean, var)
-    return np.where(np.isnan(positive), 0.5, positive)
-
-
 def _take(X, rows):
     """Rows ``rows`` of ``X`` (all of them for None)."""
     return X if rows is None else _safe_indexing(X, rows)
@@ -1121,7 +1108,7 @@ class TAPGaussianProcessClassifier(
         columns = []
         for problem, likelihood in zip(self._problems, self._likelihoods()):
             mean, var = self._problem_latent(problem, X)
-            columns.append(_predictive_positive(likelihood, mean, var))
+            columns.append(likelihood.predictive_positive(mean, var))
         return np.column_stack(columns)
 
     def _loo_positive(self, n_samples):
@@ -1146,7 +1133,7 @@ class TAPGaussianProcessClassifier(
                 mean, var = self._problem_latent(
                     problem, _safe_indexing(self.X_train_, others)
                 )
-                column[others] = _predictive_positive(likelihood, mean, var)
+                column[others] = likelihood.predictive_positive(mean, var)
             columns.append(column)
         return np.column_stack(columns)
 
