@@ -223,6 +223,28 @@ class CallbackTask:
         stop = self.context.call_on_fit_task_end(estimator=self.estimator, **data)
         return bool(stop) or abandoned_on_dask()
 
+    def __enter__(self):
+        """Begin the task: ``with task:`` runs its begin hooks, then its end
+        hooks when the block finishes without an exception.
+
+        A block that raises skips the end hooks, as a fit that fails never
+        finishes its task.
+
+        Examples
+        --------
+        >>> from sklearn_meanfield._progress import CallbackTask
+        >>> with CallbackTask().subtask("restart") as restart:
+        ...     stop = restart.step("sweep")
+        >>> stop
+        False
+        """
+        return self.begin()
+
+    def __exit__(self, exc_type, exc, traceback):
+        if exc_type is None:
+            self.end()
+        return False
+
     def step(self, task_name="step", **data):
         """A finished leaf subtask: create it and run its begin and end hooks.
 

@@ -667,3 +667,32 @@ def test_callbacks_propagate_from_a_pipeline(name):
     # pipeline's tree with the estimator's own subtasks below it.
     assert tree[ROOT] == [("fit", 0), ("fit", 1)]
     assert tree[ROOT + (("fit", 1),)] == [(subtask, k) for k in range(n_subtasks)]
+
+
+class _HookLog:
+    """A stand-in callback context that records which hooks ran."""
+
+    def __init__(self):
+        self.calls = []
+
+    def call_on_fit_task_begin(self, estimator, **data):
+        self.calls.append("begin")
+
+    def call_on_fit_task_end(self, estimator, **data):
+        self.calls.append("end")
+        return False
+
+
+def test_callback_task_as_context_manager_ends_only_on_success():
+    from sklearn_meanfield._progress import CallbackTask
+
+    log = _HookLog()
+    with CallbackTask(log) as task:
+        assert log.calls == ["begin"]
+        assert bool(task)
+    assert log.calls == ["begin", "end"]
+
+    failed = _HookLog()
+    with pytest.raises(ZeroDivisionError), CallbackTask(failed):
+        raise ZeroDivisionError("a failing fit")
+    assert failed.calls == ["begin"]
