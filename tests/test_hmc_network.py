@@ -69,13 +69,35 @@ def test_gradient_matches_finite_differences(ard, n_outputs):
 
 def test_forward_matches_tanh_network():
     layout, X, _, theta, _, _ = _problem()
-    outputs, hidden = forward(theta, X, layout)
+    outputs, hidden, pre = forward(theta, X, layout)
     w1, b1, w2, b2 = layout.unpack(theta)
     np.testing.assert_allclose(hidden[1], np.tanh(X @ w1[1] + b1[1]), atol=1e-15)
     np.testing.assert_allclose(outputs[1], hidden[1] @ w2[1] + b2[1], atol=1e-12)
+    np.testing.assert_allclose(pre[1], X @ w1[1] + b1[1], atol=1e-12)
+    # The sampler's form [X, 1] [W1; b1] gives the same network.
+    augmented = forward(theta, None, layout, X_augmented_T=augment(X))
+    for got, expected in zip(augmented, (outputs, hidden, pre)):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
     # Extreme pre-activations saturate without overflow warnings.
     big = theta * 1e6
-    assert np.all(np.isfinite(forward(big, X, layout)[0]))
+    assert np.all(np.isfinite(forward(big, X, layout).outputs))
+
+
+def test_layout_blocks_and_augmented_view_match_hand_offsets():
+    layout = NetworkLayout(4, 5, 2)
+    theta = np.arange(3.0 * layout.n_params).reshape(3, -1)
+    w1, b1, w2, b2 = layout.unpack(theta)
+    # W1: 4 x 5 = 20, b1: 5, W2: 5 x 2 = 10, b2: 2.
+    assert layout.sizes == (20, 5, 10, 2) and layout.n_params == 37
+    np.testing.assert_array_equal(w1, theta[:, :20].reshape(3, 4, 5))
+    np.testing.assert_array_equal(b1, theta[:, 20:25])
+    np.testing.assert_array_equal(w2, theta[:, 25:35].reshape(3, 5, 2))
+    np.testing.assert_array_equal(b2, theta[:, 35:])
+    v1, w2_again, b2_again = layout.augmented.unpack(theta)
+    np.testing.assert_array_equal(v1, np.concatenate([w1, b1[:, None, :]], axis=1))
+    np.testing.assert_array_equal(w2_again, w2)
+    np.testing.assert_array_equal(b2_again, b2)
+    assert layout.input_group_rows() == [[0], [1], [2], [3], [4]]
 
 
 def test_gibbs_draws_follow_gamma_conditionals():
@@ -324,8 +346,8 @@ def test_weighted_gibbs_and_rescaling_moves_equal_repeated_rows():
     Xr, Yr = _repeated(X, Y)
     w = WEIGHTS.astype(float)
     # Same generator seeds: the draws differ only if the conditionals do.
-    residual = Y - forward(theta, X, layout)[0]
-    residual_r = Yr - forward(theta, Xr, layout)[0]
+    residual = Y - forward(theta, X, layout).outputs
+    residual_r = Yr - forward(theta, Xr, layout).outputs
     a = gibbs_precisions(theta, residual, layout, prior, ChainRandom([1, 2, 3]), w)
     b = gibbs_precisions(theta, residual_r, layout, prior, ChainRandom([1, 2, 3]))
     for u, v in zip(a, b):

@@ -270,7 +270,7 @@ def run_chains(
     }
     for iteration in range(total):
         if iteration >= n_fixed:
-            outputs, _ = forward(theta, X, layout)
+            outputs = forward(theta, X, layout).outputs
             group_precision, noise_precision = gibbs_precisions(
                 theta, Y - outputs, layout, prior, rng, sample_weight
             )
@@ -345,7 +345,7 @@ def run_chains(
             out["theta"][s] = theta
             out["noise_precision"][s] = noise_precision
             out["group_precision"][s] = group_precision
-            out["train_outputs"][s] = forward(theta, X, layout)[0]
+            out["train_outputs"][s] = forward(theta, X, layout).outputs
             out["accepted"][s] = step.accepted
             out["divergent"][s] = step.divergent
             accepted += step.accepted
@@ -382,7 +382,7 @@ def run_chains(
         for key, value in recent_states.items():
             out[key] = value[order]
         out["train_outputs"] = np.stack(
-            [forward(t, X, layout)[0] for t in out["theta"]]
+            [forward(t, X, layout).outputs for t in out["theta"]]
         )
         accepted = out["accepted"].sum(axis=0).astype(float)
         n_divergent = out["divergent"].sum(axis=0)

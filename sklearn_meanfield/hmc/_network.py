@@ -20,15 +20,24 @@ Statistics 118, Springer.
 """
 
 from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["HyperPrior", "NetworkLayout"]
+from .._layout import ParameterLayout
+
+__all__ = ["Activations", "HyperPrior", "NetworkLayout"]
 
 
 @dataclass(frozen=True)
 class NetworkLayout:
-    """Shapes and offsets of the flat parameter vector.
+    """Blocks of the flat parameter vector, and the weight groups.
+
+    The vector is ``[W1 (d, H), b1 (H,), W2 (H, m), b2 (m,)]`` in C order
+    (:attr:`blocks`).  The hidden biases follow W1, so ``[W1; b1]`` is also a
+    ``(d + 1, H)`` block ``V1`` of it (:attr:`augmented`), the weights of the
+    inputs with a column of ones appended (:func:`augment`).
 
     Parameters
     ----------
@@ -43,6 +52,8 @@ class NetworkLayout:
     >>> layout = NetworkLayout(n_features=3, n_hidden=4, n_outputs=1)
     >>> layout.sizes, layout.n_params, layout.n_groups
     ((12, 4, 4, 1), 21, 6)
+    >>> layout.augmented.offsets
+    (0, 16, 20, 21)
     """
 
     n_features: int
@@ -50,14 +61,25 @@ class NetworkLayout:
     n_outputs: int
     ard: bool = True
 
+    @cached_property
+    def blocks(self):
+        """:class:`~sklearn_meanfield._layout.ParameterLayout` W1, b1, W2, b2."""
+        d, h, m = self.n_features, self.n_hidden, self.n_outputs
+        return ParameterLayout.of(W1=(d, h), b1=(h,), W2=(h, m), b2=(m,))
+
+    @cached_property
+    def augmented(self):
+        """The same vector as blocks ``V1 = [W1; b1]`` (d + 1, H), W2, b2."""
+        d, h, m = self.n_features, self.n_hidden, self.n_outputs
+        return ParameterLayout.of(V1=(d + 1, h), W2=(h, m), b2=(m,))
+
     @property
     def sizes(self):
-        d, h, m = self.n_features, self.n_hidden, self.n_outputs
-        return (d * h, h, h * m, m)
+        return self.blocks.sizes
 
     @property
     def n_params(self):
-        return sum(self.sizes)
+        return self.blocks.n_params
 
     @property
     def n_groups(self):
@@ -66,29 +88,32 @@ class NetworkLayout:
 
     def unpack(self, theta):
         """Views ``W1 (C, d, H), b1 (C, H), W2 (C, H, m), b2 (C, m)`` of theta."""
-        d, h, m = self.n_features, self.n_hidden, self.n_outputs
-        c = theta.shape[0]
-        s0, s1, s2, _ = np.cumsum(self.sizes)
-        return (
-            theta[:, :s0].reshape(c, d, h),
-            theta[:, s0:s1],
-            theta[:, s1:s2].reshape(c, h, m),
-            theta[:, s2:],
-        )
+        return self.blocks.unpack(theta)
+
+    def input_group_rows(self):
+        """Rows of ``V1 = [W1; b1]`` in each input-side group, then the biases'.
+
+        Returns
+        -------
+        rows : list of list of int
+            ``n_groups - 2`` lists: one row per input under ARD (else all
+            input rows in one group), then the bias row ``d``.
+
+        Examples
+        --------
+        >>> from sklearn_meanfield.hmc._network import NetworkLayout
+        >>> NetworkLayout(3, 2, 1, ard=False).input_group_rows()
+        [[0, 1, 2], [3]]
+        """
+        d = self.n_features
+        rows = [[j] for j in range(d)] if self.ard else [list(range(d))]
+        return rows + [[d]]
 
     def group_index(self):
         """Group of every parameter, shape (n_params,), values in [0, n_groups)."""
-        d, h, m = self.n_features, self.n_hidden, self.n_outputs
-        n_w1 = d if self.ard else 1
-        w1 = np.repeat(np.arange(d) if self.ard else np.zeros(d, dtype=int), h)
-        return np.concatenate(
-            [
-                w1,
-                np.full(h, n_w1),
-                np.full(h * m, n_w1 + 1),
-                np.full(m, n_w1 + 2),
-            ]
-        ).astype(int)
+        n_w1 = self.n_features if self.ard else 1
+        w1 = np.arange(self.n_features)[:, None] if self.ard else 0
+        return self.blocks.pack(W1=w1, b1=n_w1, W2=n_w1 + 1, b2=n_w1 + 2).astype(int)
 
     def group_sizes(self):
         return np.bincount(self.group_index(), minlength=self.n_groups)
@@ -169,33 +194,67 @@ def _tanh(a):
     return e
 
 
-def forward(theta, X, layout):
-    """Network outputs and hidden activations of every chain.
+class Activations(NamedTuple):
+    """The network evaluated on a set of inputs, per chain (or draw)."""
+
+    outputs: np.ndarray
+    """Network outputs, (n_chains, n_samples, n_outputs)."""
+    hidden: np.ndarray
+    """Hidden activations ``tanh(pre)``, (n_chains, n_samples, n_hidden)."""
+    pre: np.ndarray
+    """Hidden pre-activations ``x W1 + b1``, (n_chains, n_samples, n_hidden)."""
+
+
+def _output_layer(pre, w2, b2):
+    """Hidden activations and outputs from the pre-activations: the one tanh
+    layer every evaluation of the network goes through."""
+    hidden = _tanh(pre)
+    return hidden, np.matmul(hidden, w2) + b2[..., None, :]
+
+
+def forward(theta, X, layout, X_augmented_T=None):
+    """Network outputs, hidden activations and pre-activations of every chain.
+
+    The pre-activations are ``X W1 + b1``, or, given ``augment(X)``,
+    ``[X, 1] [W1; b1]`` in one matrix product, as the sampler computes them
+    (the two agree up to rounding).
 
     Parameters
     ----------
     theta : ndarray of shape (n_chains, n_params)
-    X : ndarray of shape (n_samples, n_features)
+    X : ndarray of shape (n_samples, n_features) or None
+        Inputs; ignored when ``X_augmented_T`` is given.
     layout : NetworkLayout
+    X_augmented_T : ndarray of shape (n_features + 1, n_samples), default=None
+        ``augment(X)``, precomputed by the sampler for its training inputs.
 
     Returns
     -------
-    outputs : ndarray of shape (n_chains, n_samples, n_outputs)
-    hidden : ndarray of shape (n_chains, n_samples, n_hidden)
+    activations : Activations
+        ``outputs`` (n_chains, n_samples, n_outputs), ``hidden`` and ``pre``
+        (n_chains, n_samples, n_hidden).
 
     Examples
     --------
     >>> import numpy as np
-    >>> from sklearn_meanfield.hmc._network import NetworkLayout, forward
+    >>> from sklearn_meanfield.hmc._network import NetworkLayout, augment, forward
     >>> layout = NetworkLayout(2, 3, 1)
     >>> theta = np.random.default_rng(0).normal(size=(4, layout.n_params))
-    >>> outputs, hidden = forward(theta, np.ones((5, 2)), layout)
+    >>> outputs, hidden, _ = forward(theta, np.ones((5, 2)), layout)
     >>> outputs.shape, hidden.shape, bool(np.all(np.abs(hidden) < 1))
     ((4, 5, 1), (4, 5, 3), True)
+    >>> same = forward(theta, None, layout, X_augmented_T=augment(np.ones((5, 2))))
+    >>> bool(np.allclose(same.outputs, outputs, rtol=1e-14))
+    True
     """
-    w1, b1, w2, b2 = layout.unpack(theta)
-    hidden = _tanh(np.matmul(X, w1) + b1[:, None, :])
-    return np.matmul(hidden, w2) + b2[:, None, :], hidden
+    if X_augmented_T is None:
+        w1, b1, w2, b2 = layout.blocks.unpack(theta)
+        pre = np.matmul(X, w1) + b1[..., None, :]
+    else:
+        v1, w2, b2 = layout.augmented.unpack(theta)
+        pre = np.matmul(X_augmented_T.T, v1)
+    hidden, outputs = _output_layer(pre, w2, b2)
+    return Activations(outputs, hidden, pre)
 
 
 def augment(X):
@@ -272,14 +331,9 @@ def log_posterior_and_grad(
     True
     """
     xa_t = augment(X) if X_augmented_T is None else X_augmented_T
-    n_chains = theta.shape[0]
-    d1, h, m = layout.n_features + 1, layout.n_hidden, layout.n_outputs
-    k1, k2 = d1 * h, d1 * h + h * m
-    v1 = theta[:, :k1].reshape(n_chains, d1, h)  # [W1; b1]
-    w2 = theta[:, k1:k2].reshape(n_chains, h, m)
-    b2 = theta[:, k2:]
-    hidden = _tanh(np.matmul(xa_t.T, v1))
-    residual = Y - (np.matmul(hidden, w2) + b2[:, None, :])
+    w2 = layout.augmented.unpack(theta).W2
+    outputs, hidden, _ = forward(theta, None, layout, X_augmented_T=xa_t)
+    residual = Y - outputs
     weighted = residual * noise_precision[:, None, :]
     if sample_weight is not None:
         weighted *= sample_weight[:, None]
@@ -290,18 +344,17 @@ def log_posterior_and_grad(
     )
     grad = np.empty_like(theta)
     # Back through tanh: d tanh(a) / da = 1 - tanh(a)^2.
-    if m == 1:  # an outer product: cheaper as a broadcast than as a matmul
+    if layout.n_outputs == 1:  # an outer product: cheaper as a broadcast
         delta = weighted * w2.transpose(0, 2, 1)
     else:
         delta = np.matmul(weighted, w2.transpose(0, 2, 1))
     slope = hidden * hidden
     np.subtract(1.0, slope, out=slope)
     delta *= slope
-    grad[:, :k1] = np.matmul(xa_t, delta).reshape(n_chains, -1)
-    grad[:, k1:k2] = np.matmul(hidden.transpose(0, 2, 1), weighted).reshape(
-        n_chains, -1
-    )
-    grad[:, k2:] = weighted.sum(axis=1)
+    grad_v1, grad_w2, grad_b2 = layout.augmented.unpack(grad)
+    grad_v1[...] = np.matmul(xa_t, delta)
+    grad_w2[...] = np.matmul(hidden.transpose(0, 2, 1), weighted)
+    grad_b2[...] = weighted.sum(axis=1)
     grad -= prior_term
     return log_prob, grad
 
@@ -414,7 +467,7 @@ def step_scales(group_precision, noise_precision, X_sq_sum, n_samples, layout):
     >>> bool(np.isclose(scales[0, -1], 31 ** -0.5))
     True
     """
-    d, h = layout.n_features, layout.n_hidden
+    d = layout.n_features
     n_chains = group_precision.shape[0]
     n_w1 = d if layout.ard else 1
     total_noise = noise_precision.sum(axis=1)  # (C,)
@@ -428,14 +481,13 @@ def step_scales(group_precision, noise_precision, X_sq_sum, n_samples, layout):
     b1_curv = group_precision[:, n_w1] + n * total_noise * out_var
     w2_curv = group_precision[:, n_w1 + 1][:, None] + n * noise_precision  # (C, m)
     b2_curv = group_precision[:, n_w1 + 2][:, None] + n * noise_precision
-    curvature = np.concatenate(
-        [
-            np.repeat(w1_curv, h, axis=1),
-            np.repeat(b1_curv[:, None], h, axis=1),
-            np.tile(w2_curv, (1, h)),
-            b2_curv,
-        ],
-        axis=1,
+    # Each value broadcast over its block: W1 by row (input), b1 by unit, W2
+    # by column (output).
+    curvature = layout.blocks.pack(
+        W1=w1_curv[:, :, None],
+        b1=b1_curv[:, None],
+        W2=w2_curv[:, None, :],
+        b2=b2_curv,
     )
     return 1.0 / np.sqrt(curvature)
 
@@ -462,6 +514,52 @@ def prior_precision_vector(group_precision, layout):
     array([[1., 1., 2., 2., 3., 3., 4.]])
     """
     return group_precision[:, layout.group_index()]
+
+
+def _scale_draws(random_state, proposal_sd, shape):
+    """A sweep of scale moves' log factors ``u ~ N(0, s^2)`` and the log
+    uniforms of their Metropolis tests, drawn in this order."""
+    log_c = random_state.standard_normal(shape) * proposal_sd
+    log_u = np.log(random_state.uniform(size=shape))
+    return log_c, log_u
+
+
+def _metropolis(log_ratio, log_u):
+    """Acceptance probability and decision; a non-finite ratio rejects."""
+    log_ratio = np.where(np.isfinite(log_ratio), log_ratio, -np.inf)
+    return np.exp(np.minimum(log_ratio, 0.0)), log_u < log_ratio
+
+
+def _group_scaled(state, g, factor, X_augmented_T, layout, theta):
+    """The network after weight group ``g`` is scaled by ``1 + factor``.
+
+    Input-side groups change the pre-activations by ``factor`` times their
+    share of them; the output weights and biases change the outputs only.
+    """
+    v1, w2, b2 = layout.augmented.unpack(theta)
+    rows = layout.input_group_rows()
+    factor = factor[:, None, None]
+    if g < len(rows):
+        part = np.matmul(X_augmented_T[rows[g]].T, v1[:, rows[g], :])
+        pre = state.pre + factor * part
+        hidden, outputs = _output_layer(pre, w2, b2)
+        return Activations(outputs, hidden, pre)
+    if g == len(rows):  # hidden-to-output weights
+        outputs = state.outputs + factor * (state.outputs - b2[:, None, :])
+    else:  # output biases
+        outputs = state.outputs + factor * b2[:, None, :]
+    return Activations(outputs, state.hidden, state.pre)
+
+
+def _select(accepted, proposal, state):
+    """Per chain, the proposal where accepted, else the current state."""
+    keep = accepted[:, None, None]
+    return Activations(
+        *(
+            old if new is old else np.where(keep, new, old)
+            for new, old in zip(proposal, state)
+        )
+    )
 
 
 def rescale_groups(
@@ -552,40 +650,20 @@ def rescale_groups(
     """
     theta = theta.copy()
     group_precision = group_precision.copy()
-    n_chains = theta.shape[0]
-    d1, h, m = layout.n_features + 1, layout.n_hidden, layout.n_outputs
-    k1, k2 = d1 * h, d1 * h + h * m
-    n_w1 = layout.n_features if layout.ard else 1
+    n_chains, n_groups = theta.shape[0], layout.n_groups
     a, means = prior.a_weights, prior.group_means(layout)
-    v1 = theta[:, :k1].reshape(n_chains, d1, h)  # views into theta
-    w2 = theta[:, k1:k2].reshape(n_chains, h, m)
-    b2 = theta[:, k2:]
-    pre = np.matmul(X_augmented_T.T, v1)  # (C, n, H)
-    hidden = _tanh(pre)
-    outputs = np.matmul(hidden, w2) + b2[:, None, :]
-
+    index = layout.group_index()
+    state = forward(theta, None, layout, X_augmented_T=X_augmented_T)
     log_lik = _log_likelihood(Y, noise_precision, sample_weight)
-
-    current = log_lik(outputs)
-    log_c = random_state.standard_normal((n_chains, layout.n_groups)) * proposal_sd
-    log_u = np.log(random_state.uniform(size=(n_chains, layout.n_groups)))
-    accept_prob = np.empty((n_chains, layout.n_groups))
-    # Rows of [W1; b1] scaled by each input-side group.
-    rows = [[j] for j in range(n_w1)] if layout.ard else [list(range(d1 - 1))]
-    rows.append([d1 - 1])
-    for g in range(layout.n_groups):
+    current = log_lik(state.outputs)
+    log_c, log_u = _scale_draws(random_state, proposal_sd, (n_chains, n_groups))
+    accept_prob = np.empty((n_chains, n_groups))
+    for g in range(n_groups):
         u = log_c[:, g]
-        factor = np.exp(u) - 1.0
-        if g <= n_w1:
-            part = np.matmul(X_augmented_T[rows[g]].T, v1[:, rows[g], :])
-            pre_new = pre + factor[:, None, None] * part
-            hidden_new = _tanh(pre_new)
-            out_new = np.matmul(hidden_new, w2) + b2[:, None, :]
-        elif g == n_w1 + 1:
-            out_new = outputs + factor[:, None, None] * (outputs - b2[:, None, :])
-        else:
-            out_new = outputs + factor[:, None, None] * b2[:, None, :]
-        proposed = log_lik(out_new)
+        proposal = _group_scaled(
+            state, g, np.exp(u) - 1.0, X_augmented_T, layout, theta
+        )
+        proposed = log_lik(proposal.outputs)
         tau = group_precision[:, g]
         with np.errstate(over="ignore", invalid="ignore"):
             log_ratio = (
@@ -594,22 +672,12 @@ def rescale_groups(
                 + proposed
                 - current
             )
-        log_ratio = np.where(np.isfinite(log_ratio), log_ratio, -np.inf)
-        accept_prob[:, g] = np.exp(np.minimum(log_ratio, 0.0))
-        accepted = log_u[:, g] < log_ratio
+        accept_prob[:, g], accepted = _metropolis(log_ratio, log_u[:, g])
         if not np.any(accepted):
             continue
         scale = np.where(accepted, np.exp(u), 1.0)
-        if g <= n_w1:
-            v1[:, rows[g], :] *= scale[:, None, None]
-            keep = accepted[:, None, None]
-            pre = np.where(keep, pre_new, pre)
-            hidden = np.where(keep, hidden_new, hidden)
-        elif g == n_w1 + 1:
-            w2 *= scale[:, None, None]
-        else:
-            b2 *= scale[:, None]
-        outputs = np.where(accepted[:, None, None], out_new, outputs)
+        theta[:, index == g] *= scale[:, None]
+        state = _select(accepted, proposal, state)
         current = np.where(accepted, proposed, current)
         group_precision[:, g] /= scale**2
     return theta, group_precision, accept_prob
@@ -686,27 +754,19 @@ def rescale_units(
     True
     """
     theta = theta.copy()
-    n_chains = theta.shape[0]
-    d1, h, m = layout.n_features + 1, layout.n_hidden, layout.n_outputs
-    k1, k2 = d1 * h, d1 * h + h * m
-    v1 = theta[:, :k1].reshape(n_chains, d1, h)  # views into theta
-    w2 = theta[:, k1:k2].reshape(n_chains, h, m)
-    b2 = theta[:, k2:]
-    lam_in = prior_precision[:, :k1].reshape(n_chains, d1, h)
-    lam_out = prior_precision[:, k1:k2].reshape(n_chains, h, m)
-    pre = np.matmul(X_augmented_T.T, v1)  # (C, n, H)
-    hidden = _tanh(pre)
-    outputs = np.matmul(hidden, w2) + b2[:, None, :]
-
+    n_chains, h = theta.shape[0], layout.n_hidden
+    d1, m = layout.n_features + 1, layout.n_outputs
+    v1, w2, _ = layout.augmented.unpack(theta)  # views into theta
+    lam_in, lam_out, _ = layout.augmented.unpack(prior_precision)
+    outputs, hidden, pre = forward(theta, None, layout, X_augmented_T=X_augmented_T)
     log_lik = _log_likelihood(Y, noise_precision, sample_weight)
-
     current = log_lik(outputs)
-    log_c = random_state.standard_normal((n_chains, h)) * proposal_sd
-    log_u = np.log(random_state.uniform(size=(n_chains, h)))
+    log_c, log_u = _scale_draws(random_state, proposal_sd, (n_chains, h))
     accept_prob = np.empty((n_chains, h))
     for unit in range(h):
         u = log_c[:, unit]
         c = np.exp(u)
+        # Only this unit's column of the hidden activations changes.
         hidden_new = _tanh(c[:, None] * pre[:, :, unit])  # (C, n)
         change = hidden_new / c[:, None] - hidden[:, :, unit]
         out_new = outputs + change[:, :, None] * w2[:, unit, None, :]
@@ -721,9 +781,7 @@ def rescale_units(
                 + proposed
                 - current
             )
-        log_ratio = np.where(np.isfinite(log_ratio), log_ratio, -np.inf)
-        accept_prob[:, unit] = np.exp(np.minimum(log_ratio, 0.0))
-        accepted = log_u[:, unit] < log_ratio
+        accept_prob[:, unit], accepted = _metropolis(log_ratio, log_u[:, unit])
         if not np.any(accepted):
             continue
         scale = np.where(accepted, c, 1.0)

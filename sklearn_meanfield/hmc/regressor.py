@@ -507,10 +507,8 @@ class HMCNetworkRegressor(
 
     def _standardised_outputs(self, X):
         """Network outputs of every draw, (n_draws, n_rows, n_outputs), standardised."""
-        outputs, _ = forward(
-            self.parameter_draws_, self._x_scaler.transform(X), self._layout
-        )
-        return outputs
+        Xs = self._x_scaler.transform(X)
+        return forward(self.parameter_draws_, Xs, self._layout).outputs
 
     def _draw_outputs(self, X):
         """Network outputs of every draw, (n_draws, n_rows, n_outputs), target units."""
@@ -606,7 +604,7 @@ class HMCNetworkRegressor(
         rng = check_random_state(random_state)
         index = rng.randint(len(self.parameter_draws_), size=int(n_samples))
         Xs = self._x_scaler.transform(X)
-        outputs, _ = forward(self.parameter_draws_[index], Xs, self._layout)
+        outputs = forward(self.parameter_draws_[index], Xs, self._layout).outputs
         noise_sd = 1.0 / np.sqrt(self.noise_precision_draws_[index])
         samples = outputs + noise_sd[:, None, :] * rng.standard_normal(outputs.shape)
         samples = self._y_scaler.inverse_mean(samples)  # (n_samples, n_X, m)
