@@ -1,0 +1,362 @@
+"""The FITC (inducing-point) posterior of tap/_sparse.py against brute force.
+
+References used here, all independent of the module's Woodbury form: the
+dense posterior on the explicit n x n FITC prior matrix (plain numpy
+inverses, or ``KernelPosterior``), exact TAP on the full kernel when the
+inducing points are the training inputs, the closed-form marginal likelihood
+of Gaussian-process regression, central differences of the evidence, and
+refits without a point for the leave-one-out cavities.
+"""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from scipy.linalg import LinAlgError
+from scipy.stats import multivariate_normal
+
+from sklearn_meanfield.tap._core import KernelPosterior, expectation_propagation
+from sklearn_meanfield.tap._likelihoods import GaussianLikelihood, make_likelihood
+from sklearn_meanfield.tap._sparse import (
+    FITCPosterior,
+    fitc_evidence_adjoints,
+    fitc_evidence_gradient,
+    fitc_inducing_gradient,
+)
+
+
+def _rbf(A, B, length=0.8, amplitude=1.3):
+    sq = np.sum((A[:, None, :] - B[None, :, :]) ** 2, axis=-1)
+    return amplitude * np.exp(-0.5 * sq / length**2)
+
+
+def _data(n, seed, dim=2):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, size=(n, dim))
+    f = np.sin(2 * X[:, 0]) + X[:, 1] ** 2 - 1.0
+    flip = rng.uniform(size=n) < 0.1
+    t = np.where((f > 0) ^ flip, 1.0, -1.0)
+    return X, t
+
+
+def _dense_fitc(X, Z, length=0.8, amplitude=1.3):
+    """The explicit FITC prior Q + diag(K - Q), without any jitter."""
+    K_nm, K_mm = _rbf(X, Z, length, amplitude), _rbf(Z, Z, length, amplitude)
+    Q = K_nm @ np.linalg.solve(K_mm, K_nm.T)
+    return Q + np.diag(amplitude - np.diag(Q))
+
+
+def _sparse(X, Z, length=0.8, amplitude=1.3, **kwargs):
+    kwargs.setdefault("jitter", 0.0)
+    return FITCPosterior(
+        _rbf(Z, Z, length, amplitude),
+        _rbf(X, Z, length, amplitude),
+        np.full(len(X), amplitude),
+        **kwargs,
+    )
+
+
+def _brute_posterior(K, tau, nu):
+    """Sigma = (K^-1 + S)^-1, mu = Sigma nu, log|I + K S|, by plain inverses."""
+    Sigma = np.linalg.inv(np.linalg.inv(K) + np.diag(tau))
+    sign, logdet = np.linalg.slogdet(np.eye(len(tau)) + K * tau[None, :])
+    assert sign > 0
+    return Sigma, Sigma @ nu, logdet
+
+
+# ------------------------------------------------ the posterior of given sites
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_inducing_points_at_the_data_give_exact_tap(seed):
+    # m = n, Z = X: Q = K and D = 0, so FITC is the full GP.
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, size=(30, 2))
+    K = _rbf(X, X, length=0.5)
+    sparse = FITCPosterior(K, K, np.diag(K), jitter=1e-13)
+    tau, nu = rng.uniform(0.1, 5.0, 30), rng.normal(size=30)
+    got, want = sparse.solve(tau, nu), KernelPosterior(K).solve(tau, nu)
+    np.testing.assert_allclose(got.mean, want.mean, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(got.var, want.var, rtol=1e-8, atol=1e-10)
+    assert abs(got.logdet - want.logdet) < 1e-8
+    assert np.max(sparse.d) < 1e-9
+
+
+@pytest.mark.parametrize("negative", [0, 3])
+def test_solve_equals_the_dense_fitc_posterior(negative):
+    X, _ = _data(60, 3)
+    Z = X[:9] + 0.1
+    K = _dense_fitc(X, Z)
+    rng = np.random.default_rng(4)
+    tau, nu = rng.uniform(0.05, 3.0, 60), rng.normal(size=60)
+    tau[:negative] = -0.15  # label-noise sites
+    Sigma, mean, logdet = _brute_posterior(K, tau, nu)
+    assert np.min(np.linalg.eigvalsh(np.linalg.inv(K) + np.diag(tau))) > 0
+    got = _sparse(X, Z, block_size=16).solve(tau, nu)
+    np.testing.assert_allclose(got.mean, mean, rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(got.var, np.diag(Sigma), rtol=1e-9)
+    assert abs(got.logdet - logdet) < 1e-9 * max(1.0, abs(logdet))
+    # The FITC diagonal is the prior variance the inducing values miss.
+    posterior = _sparse(X, Z)
+    Q = _rbf(X, Z) @ np.linalg.solve(_rbf(Z, Z), _rbf(Z, X))
+    np.testing.assert_allclose(posterior.d, 1.3 - np.diag(Q), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(posterior.matvec(nu), K @ nu, rtol=1e-10)
+    np.testing.assert_allclose(posterior.prior_var, np.diag(K), rtol=1e-12)
+
+
+def test_improper_sites_are_refused_exactly_when_the_dense_posterior_is():
+    # Both ways of failing: 1 + d_i tau_i <= 0 (one very negative site of a
+    # point far from the inducing inputs) and A = I + U^T G U indefinite
+    # (many mildly negative sites); solve raises LinAlgError iff
+    # K^-1 + S is not positive definite.
+    X, _ = _data(40, 5)
+    Z = X[:6]
+    K = _dense_fitc(X, Z)
+    posterior = _sparse(X, Z)
+    rng = np.random.default_rng(6)
+    base = rng.uniform(0.1, 1.0, 40)
+    far = int(np.argmax(posterior.d))
+    outcomes = set()
+    for scale in np.geomspace(0.01, 10.0, 25):
+        for pattern in ("one", "many"):
+            tau = base.copy()
+            if pattern == "one":
+                tau[far] = -scale / posterior.d[far]
+            else:
+                tau[::2] = -0.2 * scale
+            proper = np.min(np.linalg.eigvalsh(np.linalg.inv(K) + np.diag(tau))) > 0
+            try:
+                posterior.solve(tau, np.zeros(40))
+                refused = False
+            except LinAlgError:
+                refused = True
+            assert refused == (not proper)
+            outcomes.add((pattern, proper))
+    assert outcomes == {(p, q) for p in ("one", "many") for q in (True, False)}
+
+
+def test_block_size_does_not_change_results():
+    X, t = _data(45, 7)
+    Z = X[:8] * 0.9
+    rng = np.random.default_rng(8)
+    tau, nu = rng.uniform(-0.05, 2.0, 45), rng.normal(size=45)
+    reference = _sparse(X, Z, block_size=45)
+    solutions = [_sparse(X, Z, block_size=b).solve(tau, nu) for b in (1, 7, 45)]
+    adjoints = [fitc_evidence_adjoints(s) for s in solutions]
+    np.testing.assert_allclose(reference.U, _sparse(X, Z, block_size=1).U, rtol=1e-14)
+    for got, grads in zip(solutions[:2], adjoints[:2]):
+        np.testing.assert_allclose(got.mean, solutions[2].mean, rtol=1e-12)
+        np.testing.assert_allclose(got.var, solutions[2].var, rtol=1e-12)
+        assert abs(got.logdet - solutions[2].logdet) < 1e-12
+        for a, b in zip(grads, adjoints[2]):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("negative", [False, True])
+def test_predictive_at_new_points_equals_the_dense_joint_model(negative):
+    # The FITC prior over training and new fields jointly: cross-covariances
+    # Q (through the inducing values only), each new field with its own
+    # variance k_** (Quinonero-Candela and Rasmussen 2005, sec. 6).  Given the
+    # sites, f_* | sites has mean Q_*n K^-1 mu and variance
+    # k_** - Q_*n K^-1 Q_n* + Q_*n K^-1 Sigma K^-1 Q_n*.
+    X, _ = _data(50, 9)
+    Z, X_new = X[:7] - 0.05, _data(11, 10)[0]
+    K = _dense_fitc(X, Z)
+    K_mm = _rbf(Z, Z)
+    Q_cross = _rbf(X, Z) @ np.linalg.solve(K_mm, _rbf(Z, X_new))  # Q_n*
+    rng = np.random.default_rng(11)
+    tau, nu = rng.uniform(0.1, 2.0, 50), rng.normal(size=50)
+    if negative:
+        tau[:4] = -0.1
+    Sigma, mean, _ = _brute_posterior(K, tau, nu)
+    K_inv = np.linalg.inv(K)
+    H = K_inv @ Q_cross
+    want_mean = H.T @ mean
+    want_var = 1.3 - np.sum(Q_cross * H, 0) + np.sum(H * (Sigma @ H), 0)
+    solution = _sparse(X, Z).solve(tau, nu)
+    K_cross = _rbf(Z, X_new)
+    got_mean, got_var = solution.predict(K_cross, np.full(11, 1.3))
+    np.testing.assert_allclose(got_mean, want_mean, rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(got_var, want_var, rtol=1e-9)
+    np.testing.assert_allclose(
+        K_cross.T @ solution.inducing_alpha, want_mean, atol=1e-10
+    )
+    reduction = solution.variance_reduction(K_cross)
+    np.testing.assert_allclose(1.3 - reduction, want_var, rtol=1e-9)
+
+
+# ------------------------------------------------------------- EP on FITC
+
+
+@pytest.mark.parametrize(
+    "likelihood, label_noise", [("probit", 0.0), ("logistic", 0.0), ("probit", 0.1)]
+)
+def test_ep_on_fitc_equals_ep_on_the_dense_fitc_prior(likelihood, label_noise):
+    X, t = _data(150, 12)
+    Z = X[:20] + 0.05
+    like = make_likelihood(likelihood, label_noise)
+    options = dict(tol=1e-10, max_iter=1000)
+    sparse = expectation_propagation(_sparse(X, Z), t, like, **options)
+    dense = expectation_propagation(
+        KernelPosterior(_dense_fitc(X, Z)), t, like, **options
+    )
+    assert sparse.converged and dense.converged
+    if label_noise:
+        assert np.any(sparse.tau < 0)  # the negative sites were exercised
+    np.testing.assert_allclose(sparse.tau, dense.tau, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(sparse.nu, dense.nu, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(sparse.cavity_mean, dense.cavity_mean, atol=1e-6)
+    np.testing.assert_allclose(sparse.cavity_var, dense.cavity_var, rtol=1e-6)
+    assert abs(sparse.log_evidence - dense.log_evidence) < 1e-6
+
+
+def test_gaussian_sites_give_the_fitc_regression_marginal_likelihood():
+    # EP is exact for a Gaussian likelihood: log N(y; 0, Q + D + s2 I).
+    X, _ = _data(40, 13)
+    Z = X[:6]
+    y = np.sin(X[:, 0]) + 0.3 * X[:, 1]
+    solution = expectation_propagation(
+        _sparse(X, Z), y, GaussianLikelihood(0.2), tol=1e-12
+    )
+    K = _dense_fitc(X, Z)
+    exact = multivariate_normal(np.zeros(40), K + 0.2 * np.eye(40)).logpdf(y)
+    assert abs(solution.log_evidence - exact) < 1e-9
+
+
+def test_cavity_is_the_sparse_models_prediction_without_the_site():
+    # The free leave-one-out: the cavity of h_i is the FITC predictive at x_i
+    # of the posterior with site i removed (other sites kept), exactly.
+    X, t = _data(60, 14)
+    Z = X[:10] + 0.1
+    posterior = _sparse(X, Z)
+    solution = expectation_propagation(
+        posterior, t, make_likelihood("probit", 0.1), tol=1e-10
+    )
+    K_cross = _rbf(Z, X)
+    for i in (0, 17, 42, 59):
+        tau, nu = solution.tau.copy(), solution.nu.copy()
+        tau[i] = nu[i] = 0.0
+        mean, var = posterior.solve(tau, nu).predict(K_cross[:, [i]], [1.3])
+        assert abs(mean[0] - solution.cavity_mean[i]) < 1e-9
+        assert abs(var[0] - solution.cavity_var[i]) < 1e-9 * var[0]
+
+
+def test_leave_one_out_is_close_to_refits_of_the_sparse_model():
+    # Refitting without point i (same inducing inputs and kernel) moves the
+    # other sites, which the cavity ignores: close, not equal (as for exact
+    # TAP, tests/test_tap_gpc.py: probit max gap 0.006 on 50 points).
+    X, t = _data(50, 15)
+    Z = X[:12] + 0.1
+    like = make_likelihood("probit", 0.0)
+    solution = expectation_propagation(_sparse(X, Z), t, like, tol=1e-10)
+    loo = np.exp(solution.log_z)
+    K_cross = _rbf(Z, X)
+    gaps = []
+    for i in range(50):
+        keep = np.arange(50) != i
+        refit = expectation_propagation(_sparse(X[keep], Z), t[keep], like, tol=1e-10)
+        mean, var = refit.posterior.predict(K_cross[:, [i]], [1.3])
+        gaps.append(abs(np.exp(like.moments(t[[i]], mean, var)[0][0]) - loo[i]))
+    assert np.max(gaps) < 0.02
+    assert np.mean(gaps) < 0.005
+
+
+# ------------------------------------------------- the evidence gradient
+
+
+def test_adjoints_equal_the_dense_gradient_matrix():
+    # 1/2 tr(R dK) with R = alpha alpha^T - (S - S Sigma S) from dense
+    # inverses, pushed through Q = K_nm K_mm^-1 K_mn and D = diag(K_nn - Q).
+    X, t = _data(40, 16)
+    Z = X[:7] + 0.1
+    solution = expectation_propagation(
+        _sparse(X, Z), t, make_likelihood("probit", 0.1), tol=1e-12
+    )
+    K = _dense_fitc(X, Z)
+    tau, alpha = solution.tau, solution.alpha
+    Sigma = np.linalg.inv(np.linalg.inv(K) + np.diag(tau))
+    R = np.outer(alpha, alpha) - (np.diag(tau) - tau[:, None] * Sigma * tau[None, :])
+    R_off = R - np.diag(np.diag(R))
+    B = np.linalg.solve(_rbf(Z, Z), _rbf(Z, X))
+    G_mm, G_nm, g_nn = fitc_evidence_adjoints(solution)
+    np.testing.assert_allclose(G_nm, R_off @ B.T, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(G_mm, -0.5 * B @ R_off @ B.T, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(g_nn, 0.5 * np.diag(R), rtol=1e-8, atol=1e-10)
+
+
+def _rbf_derivatives(X, Z, length, amplitude):
+    """RBF derivatives in (log length, log amplitude) and in Z (first argument)."""
+    K_nm, K_mm = _rbf(X, Z, length, amplitude), _rbf(Z, Z, length, amplitude)
+    sq_nm = np.sum((X[:, None] - Z[None]) ** 2, -1) / length**2
+    sq_mm = np.sum((Z[:, None] - Z[None]) ** 2, -1) / length**2
+    d_mm = np.stack([K_mm * sq_mm, K_mm], -1)
+    d_nm = np.stack([K_nm * sq_nm, K_nm], -1)
+    d_nn = np.column_stack([np.zeros(len(X)), np.full(len(X), amplitude)])
+    # d k(z_j, y) / d z_j = -k (z_j - y) / length^2.
+    dZ_nm = K_nm[:, :, None] * (X[:, None] - Z[None]) / length**2
+    dZ_mm = -K_mm[:, :, None] * (Z[:, None] - Z[None]) / length**2
+    return d_mm, d_nm, d_nn, dZ_nm, dZ_mm
+
+
+@pytest.mark.parametrize(
+    "likelihood, label_noise", [("probit", 0.0), ("logistic", 0.1)]
+)
+def test_evidence_gradient_against_central_differences(likelihood, label_noise):
+    X, t = _data(40, 17)
+    Z0 = X[:5] + 0.1
+    like = make_likelihood(likelihood, label_noise)
+
+    def fit(log_length, log_amplitude, Z):
+        length, amplitude = np.exp(log_length), np.exp(log_amplitude)
+        return expectation_propagation(
+            _sparse(X, Z, length, amplitude, jitter=1e-10),
+            t,
+            like,
+            tol=1e-13,
+            max_iter=2000,
+        )
+
+    theta = np.array([np.log(0.7), np.log(1.5)])
+    solution = fit(*theta, Z0)
+    assert solution.converged
+    d_mm, d_nm, d_nn, dZ_nm, dZ_mm = _rbf_derivatives(X, Z0, 0.7, 1.5)
+    gradient = fitc_evidence_gradient(solution, d_mm, d_nm, d_nn)
+    z_gradient = fitc_inducing_gradient(fitc_evidence_adjoints(solution), dZ_nm, dZ_mm)
+    h = 1e-5
+    for j in range(2):
+        e = np.eye(2)[j] * h
+        numeric = (
+            fit(*(theta + e), Z0).log_evidence - fit(*(theta - e), Z0).log_evidence
+        ) / (2 * h)
+        assert abs(gradient[j] - numeric) < 1e-6 * max(1.0, abs(numeric))
+    for j, k in [(0, 0), (1, 1), (3, 0), (4, 1)]:
+        E = np.zeros_like(Z0)
+        E[j, k] = h
+        numeric = (
+            fit(*theta, Z0 + E).log_evidence - fit(*theta, Z0 - E).log_evidence
+        ) / (2 * h)
+        assert abs(z_gradient[j, k] - numeric) < 1e-6 * max(1.0, abs(numeric))
+
+
+# ---------------------------------------------------------------- memory
+
+
+def test_solve_never_allocates_an_n_by_n_matrix():
+    n, m = 20000, 50
+    rng = np.random.default_rng(18)
+    X, Z = rng.normal(size=(n, 2)), rng.normal(size=(m, 2))
+    K_nm, K_mm = _rbf(X, Z), _rbf(Z, Z)
+    tau, nu = rng.uniform(-0.01, 2.0, n), rng.normal(size=n)
+    tracemalloc.start()
+    try:
+        posterior = FITCPosterior(K_mm, K_nm, np.full(n, 1.3))
+        solution = posterior.solve(tau, nu)
+        fitc_evidence_adjoints(solution)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert np.all(solution.var > 0)
+    # U, the adjoint G_nm and one block's temporaries: a few n x m arrays
+    # (8 MB each), against 3.2 GB for one n x n matrix.
+    assert peak < 6 * 8 * n * m
+    assert peak < 8 * n * n / 50
