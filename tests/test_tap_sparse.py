@@ -15,7 +15,12 @@ import pytest
 from scipy.linalg import LinAlgError
 from scipy.stats import multivariate_normal
 
-from sklearn_meanfield.tap._core import KernelPosterior, expectation_propagation
+from sklearn_meanfield.tap._core import (
+    KernelPosterior,
+    PriorVariance,
+    expectation_propagation,
+    mean_field_iteration,
+)
 from sklearn_meanfield.tap._likelihoods import GaussianLikelihood, make_likelihood
 from sklearn_meanfield.tap._sparse import (
     FITCPosterior,
@@ -208,6 +213,41 @@ def test_ep_on_fitc_equals_ep_on_the_dense_fitc_prior(likelihood, label_noise):
     np.testing.assert_allclose(sparse.cavity_mean, dense.cavity_mean, atol=1e-6)
     np.testing.assert_allclose(sparse.cavity_var, dense.cavity_var, rtol=1e-6)
     assert abs(sparse.log_evidence - dense.log_evidence) < 1e-6
+
+
+@pytest.mark.parametrize("likelihood", ["probit", "logistic"])
+def test_ep_with_inducing_points_at_the_data_is_exact_tap(likelihood):
+    # Sites, evidence and leave-one-out of the whole EP run, m = n.
+    X, t = _data(40, 19)
+    K = _rbf(X, X, length=0.5)
+    like = make_likelihood(likelihood, 0.0)
+    options = dict(tol=1e-10, max_iter=1000)
+    sparse = FITCPosterior(K, K, np.diag(K), jitter=1e-13)
+    got = expectation_propagation(sparse, t, like, **options)
+    want = expectation_propagation(KernelPosterior(K), t, like, **options)
+    assert got.converged and want.converged
+    np.testing.assert_allclose(got.mean, want.mean, atol=1e-7)
+    np.testing.assert_allclose(got.cavity_mean, want.cavity_mean, atol=1e-7)
+    np.testing.assert_allclose(got.cavity_var, want.cavity_var, rtol=1e-7)
+    np.testing.assert_allclose(got.log_z, want.log_z, atol=1e-7)
+    assert abs(got.log_evidence - want.log_evidence) < 1e-7
+
+
+def test_naive_mean_field_on_fitc_equals_the_dense_fitc_prior():
+    # mean_field_iteration uses matvec and solve of the posterior.
+    X, t = _data(80, 20)
+    Z = X[:10]
+    like = make_likelihood("probit", 0.0)
+    K = _dense_fitc(X, Z)
+    got = mean_field_iteration(
+        _sparse(X, Z), t, like, PriorVariance(np.diag(K).copy()), tol=1e-10
+    )
+    want = mean_field_iteration(
+        KernelPosterior(K), t, like, PriorVariance(np.diag(K).copy()), tol=1e-10
+    )
+    assert got.converged and want.converged
+    np.testing.assert_allclose(got.alpha, want.alpha, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(got.var, want.var, rtol=1e-8)
 
 
 def test_gaussian_sites_give_the_fitc_regression_marginal_likelihood():
