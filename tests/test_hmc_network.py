@@ -12,10 +12,9 @@ from sklearn_meanfield.hmc._network import (
     gibbs_precisions,
     log_posterior_and_grad,
     prior_precision_vector,
-    rescale_groups,
-    rescale_units,
     step_scales,
 )
+from sklearn_meanfield.hmc._rescaling import rescale_groups, rescale_units
 
 
 def _problem(ard=True, n_outputs=2, n_chains=3, seed=0):
@@ -202,7 +201,6 @@ def test_rescale_moves_sample_the_precision_given_standardised_weights():
     # dimensional: tau Gamma(tau) prod_i N(y_i; v / sqrt(tau), 1 / noise) on
     # the log scale, which quadrature gives exactly.
     from sklearn_meanfield.hmc._chains import ChainRandom
-    from sklearn_meanfield.hmc._network import augment, rescale_groups
 
     layout = NetworkLayout(1, 2, 1, ard=True)
     prior = HyperPrior()
@@ -252,7 +250,6 @@ def test_unit_rescaling_samples_the_scale_ridge():
     # (d + 1 - m) u (the Jacobian) plus the log prior and log likelihood at
     # the scaled point, which quadrature gives exactly.
     from sklearn_meanfield.hmc._chains import ChainRandom
-    from sklearn_meanfield.hmc._network import augment, rescale_units
 
     layout = NetworkLayout(1, 1, 1, ard=True)
     rng = np.random.RandomState(4)

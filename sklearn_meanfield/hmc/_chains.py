@@ -16,10 +16,9 @@ from ._network import (
     gibbs_precisions,
     log_posterior_and_grad,
     prior_precision_vector,
-    rescale_groups,
-    rescale_units,
     step_scales,
 )
+from ._rescaling import rescale_groups, rescale_units
 from ._sampler import DualAveraging, hmc_step
 
 __all__ = ["ChainRandom", "iteration_blocks", "run_chains"]
@@ -118,7 +117,7 @@ def run_chains(
     weights find the data, then Gibbs steps for the precisions alternate with
     HMC trajectories for the weights.  Each Gibbs step is followed by a joint
     rescaling move of every weight group and its precision
-    (:func:`~sklearn_meanfield.hmc._network.rescale_groups`): Gibbs alone moves
+    (:func:`~sklearn_meanfield.hmc._rescaling.rescale_groups`): Gibbs alone moves
     the log precision of a group in steps of about ``sqrt(2 / group size)``,
     a slow random walk whenever the prior rather than the data holds the
     group; the rescaling, whose proposal sd per group is adapted during
