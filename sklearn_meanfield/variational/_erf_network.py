@@ -612,7 +612,7 @@ def _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats, sample_weight
     """Minus the bound and, if asked, its gradient with respect to ``wbar`` and
     the local moments of every data point (the backward pass shared by
     :func:`negative_bound` and :func:`natural_gradient_terms`)."""
-    H, M = shape.n_hidden, shape.n_outputs
+    M = shape.n_outputs
     k = shape.n_weights
     n = X1.shape[0]
     weight, n_eff = _row_weights(sample_weight, n)
@@ -642,11 +642,39 @@ def _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats, sample_weight
     if not return_grad:
         return -value, None
 
-    # ---- backward pass: d(-value) = d(sum_nm alpha_m l_nm / 2) - d(prior) - ...
+    # d(-value) = d(sum_nm alpha_m l_nm / 2) - d(prior) - ...
     gF2 = np.broadcast_to(0.5 * alpha * weight, (n, M))  # d loss / d <f^2>
     gF1 = -alpha * T * weight  # d loss / d <f>
+    g_U, g_vbar, g_S, g_c, g_D = _backward(loc, aux, gF1, gF2, X1)
+    # Prior (as a loss) adds lam wbar to the mean gradient.
+    g_wbar = np.concatenate([g_U.ravel(), g_vbar.ravel()]) + lam * wbar
+    local = dict(
+        g_wbar=g_wbar,
+        g_S=g_S,
+        g_c=g_c,
+        g_D=g_D,
+        loc=loc,
+        wbar=wbar,
+        diag=diag,
+        F=F,
+        woodbury=woodbury,
+    )
+    return -value, local
+
+
+def _backward(loc, aux, gF1, gF2, X1):
+    """Gradients of the expected loss from those in ``<f>`` and ``<f^2>``.
+
+    ``gF1`` and ``gF2`` (n, M) are the derivatives of the loss with respect
+    to ``<f_m>`` and ``<f_m^2>`` at every point; the chain rule runs back
+    through the jets (Bonnet's and Price's theorems: a derivative in a mean or
+    a covariance is a jet of higher order) to the mean input weights
+    ``g_U`` (H, P), the mean output weights ``g_vbar`` (H, M) and the local
+    moments ``g_S`` (n, H, H), ``g_c`` (n, M, H, H), ``g_D`` (M, H, H).
+    """
     e, J, t, cdiag = aux["e"], aux["J"], aux["terms"], aux["cdiag"]
     Vbar = loc["Vbar"]
+    H = Vbar.shape[0]
     g4 = gF2[:, :, None, None]  # (n, M, 1, 1)
     # Coefficients of each jet entry, summed over outputs.
     W = {
@@ -695,20 +723,7 @@ def _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats, sample_weight
     g_S = g_s12
     g_S[:, idx, idx] += g_sdiag
     g_U = g_abar.T @ X1  # (H, P)
-    # Prior (as a loss) adds lam wbar to the mean gradient.
-    g_wbar = np.concatenate([g_U.ravel(), g_vbar.ravel()]) + lam * wbar
-    local = dict(
-        g_wbar=g_wbar,
-        g_S=g_S,
-        g_c=g_c,
-        g_D=g_D,
-        loc=loc,
-        wbar=wbar,
-        diag=diag,
-        F=F,
-        woodbury=woodbury,
-    )
-    return -value, local
+    return g_U, g_vbar, g_S, g_c, g_D
 
 
 def negative_bound(
