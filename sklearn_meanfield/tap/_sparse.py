@@ -55,7 +55,7 @@ References
 """
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_solve, cholesky, solve_triangular
+from scipy.linalg import LinAlgError, blas, cho_solve, cholesky, solve_triangular
 
 __all__ = [
     "FITCPosterior",
@@ -78,6 +78,19 @@ _BLOCK_BYTES = 8 * 2**20
 
 def _solve_lower(chol, B):
     return solve_triangular(chol, B, lower=True, check_finite=False)
+
+
+def _right_solve_rows(rows, chol, transpose):
+    """``rows L^-T`` (``transpose``) or ``rows L^-1``, in place in ``rows``.
+
+    ``rows`` is C-ordered (b, m), so ``rows.T`` is a Fortran-ordered (m, b)
+    array that LAPACK's triangular solve overwrites without a copy:
+    ``rows L^-T = (L^-1 rows^T)^T`` and ``rows L^-1 = (L^-T rows^T)^T``.
+    """
+    solved = blas.dtrsm(
+        1.0, chol, rows.T, lower=1, trans_a=0 if transpose else 1, overwrite_b=1
+    )
+    return solved.T
 
 
 def inducing_cholesky(K_mm, jitter=1e-8):
@@ -138,7 +151,7 @@ def whiten_block(K_bm, k_diag, chol_mm):
     d_b : ndarray of shape (b,)
         ``k_ii - |u_i|^2``, clipped at zero (rounding).
     """
-    U_b = np.ascontiguousarray(_solve_lower(chol_mm, np.asarray(K_bm).T).T)
+    U_b = _right_solve_rows(np.array(K_bm, dtype=float, order="C"), chol_mm, True)
     d_b = np.maximum(np.asarray(k_diag, float) - np.einsum("ij,ij->i", U_b, U_b), 0.0)
     return U_b, d_b
 
@@ -177,7 +190,25 @@ def block_site_statistics(U_b, d_b, tau_b, nu_b):
         When some ``1 + d_i tau_i <= 0`` (the posterior is improper).
     """
     denominator, g, h = _effective_sites(d_b, tau_b, nu_b)
-    return U_b.T @ (g[:, None] * U_b), U_b.T @ h, float(np.sum(np.log(denominator)))
+    return _weighted_gram(U_b, g), U_b.T @ h, float(np.sum(np.log(denominator)))
+
+
+def _weighted_gram(U_b, weights):
+    """``U_b^T diag(weights) U_b`` by symmetric rank-k updates (half a GEMM).
+
+    Rows of negative weight are a second update subtracted from the first.
+    """
+    gram = np.zeros((U_b.shape[1],) * 2)
+    for sign in (1.0, -1.0):
+        rows = sign * weights > 0
+        if not np.any(rows):
+            continue
+        scaled = U_b[rows]
+        scaled *= np.sqrt(sign * weights[rows])[:, None]
+        # scaled.T is Fortran-ordered: syrk reads it without a copy.
+        gram += blas.dsyrk(sign, scaled.T, lower=1)
+    # syrk fills the lower triangle; mirror it.
+    return np.tril(gram) + np.tril(gram, -1).T
 
 
 def combine_site_statistics(precision, shift, logdet):
@@ -482,14 +513,16 @@ def block_adjoints(U_b, d_b, tau_b, nu_b, mean_w, A_inv, chol_mm):
     """
     _, g, h = _effective_sites(d_b, tau_b, nu_b)
     alpha = h - g * (U_b @ mean_w)
-    shared = np.einsum("ij,jk,ik->i", U_b, A_inv, U_b)
+    projected = U_b @ A_inv
+    shared = np.einsum("ij,ij->i", projected, U_b)
     r = alpha**2 + g**2 * shared
-    inner = np.outer(alpha, mean_w) + g[:, None] * (U_b - U_b @ A_inv)
-    inner -= r[:, None] * U_b
-    # X L^-1 = (L^-T X^T)^T.
-    G_nm = solve_triangular(chol_mm, inner.T, lower=True, trans="T", check_finite=False)
+    # alpha m_w^T + G U (I - A^-1) - diag(r) U, in one buffer.
+    inner = np.outer(alpha, mean_w)
+    inner -= np.multiply(projected, g[:, None], out=projected)
+    inner += np.multiply(U_b, (g - r)[:, None], out=projected)
+    G_nm = _right_solve_rows(inner, chol_mm, False)
     g_nn = 0.5 * (alpha**2 - g + g**2 * shared)
-    return np.ascontiguousarray(G_nm.T), g_nn, U_b.T @ (r[:, None] * U_b)
+    return G_nm, g_nn, _weighted_gram(U_b, r)
 
 
 def fitc_evidence_adjoints(solution):
