@@ -20,12 +20,12 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import BernoulliRBM
 
 from sklearn_meanfield import BetheRBM
-from sklearn_meanfield.bethe._exact import (
+from sklearn_meanfield.diagnostics import (
     MAX_ENUMERATED_UNITS,
-    exact_log_likelihood,
-    free_energy,
+    rbm_bethe_solve,
+    rbm_free_energy,
+    rbm_log_likelihood,
 )
-from sklearn_meanfield.bethe._message_passing import bethe_solve, stability
 
 
 def data():
@@ -37,14 +37,12 @@ def data():
 
 def evaluate(model, X_test):
     """Exact and Bethe held-out log-likelihood and stability of any RBM."""
-    W, b, c = model.components_, model.intercept_visible_, model.intercept_hidden_
     exact = None
-    if min(W.shape) <= MAX_ENUMERATED_UNITS:
-        exact = exact_log_likelihood(X_test, W, b, c).mean()
-    solution = bethe_solve(W, b, c, damping=0.5, max_sweeps=2000)
-    bethe = -free_energy(X_test, W, b, c).mean() - solution.log_z
-    lam = stability(W, b, c, solution.messages)
-    return exact, bethe, lam
+    if min(model.components_.shape) <= MAX_ENUMERATED_UNITS:
+        exact = rbm_log_likelihood(model, X_test).mean()
+    solution = rbm_bethe_solve(model, damping=0.5, max_sweeps=2000)
+    bethe = -rbm_free_energy(model, X_test).mean() - solution.log_z
+    return exact, bethe, solution.stability
 
 
 def run(quick):

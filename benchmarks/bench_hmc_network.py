@@ -29,7 +29,11 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from sklearn_meanfield import HMCNetworkRegressor
-from sklearn_meanfield.hmc._diagnostics import effective_sample_size, split_rhat
+from sklearn_meanfield.diagnostics import effective_sample_size, split_rhat
+
+# Private on purpose: gradient_cost measures the sampler's own inner loop (one
+# log-posterior gradient of the network against the matrix products it needs),
+# an internal of HMCNetworkRegressor with no public counterpart.
 from sklearn_meanfield.hmc._network import (
     NetworkLayout,
     augment,

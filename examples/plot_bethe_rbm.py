@@ -24,9 +24,12 @@ import numpy as np
 from sklearn.datasets import load_digits
 
 from sklearn_meanfield import BetheRBM
-from sklearn_meanfield.bethe._exact import exact_log_likelihood, exact_log_partition
-from sklearn_meanfield.bethe._message_passing import bethe_solve
-from sklearn_meanfield.bethe._sampling import gibbs_moments
+from sklearn_meanfield.diagnostics import (
+    rbm_bethe_solve,
+    rbm_gibbs_moments,
+    rbm_log_likelihood,
+    rbm_log_partition,
+)
 
 
 def paper_ensemble(n_visible, n_hidden, g, v, rng):
@@ -53,9 +56,9 @@ for alpha in alphas:
         W, b, c = paper_ensemble(
             n_visible, int(alpha * n_visible), 1.0, 0.05, np.random.RandomState(seed)
         )
-        exact = exact_log_partition(W, b, c)
+        exact = rbm_log_partition((W, b, c))
         for method in errors:
-            bethe = bethe_solve(W, b, c, method=method).log_z
+            bethe = rbm_log_partition((W, b, c), method="bethe", bethe_form=method)
             per_method[method].append(abs(bethe - exact) / n_visible)
             if alpha == 0.6 and method == "bipartite":
                 scatter.append((-exact / n_visible, -bethe / n_visible))
@@ -81,9 +84,9 @@ fig.tight_layout()
 # magnetisations m_hat_a and correlations C_ai = <s_a sigma_i> (spin units).
 
 W, b, c = paper_ensemble(100, 50, 0.55, 0.02, np.random.RandomState(0))
-solution = bethe_solve(W, b, c)
-sampled = gibbs_moments(
-    W, b, c, n_chains=200, n_burn_in=300, n_samples=1500, random_state=0
+solution = rbm_bethe_solve((W, b, c))
+sampled = rbm_gibbs_moments(
+    (W, b, c), n_chains=200, n_burn_in=300, n_samples=1500, random_state=0
 )
 
 
@@ -125,11 +128,7 @@ for n_iter in epochs:
     model = BetheRBM(
         n_components=16, learning_rate=0.05, n_iter=n_iter, random_state=0
     ).fit(X_train)
-    exact_curve.append(
-        exact_log_likelihood(
-            X_test, model.components_, model.intercept_visible_, model.intercept_hidden_
-        ).mean()
-    )
+    exact_curve.append(rbm_log_likelihood(model, X_test).mean())
     bethe_curve.append(model.score_samples(X_test).mean())
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))

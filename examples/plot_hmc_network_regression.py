@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from sklearn_meanfield import HMCNetworkRegressor
-from sklearn_meanfield.hmc._diagnostics import split_rhat
+from sklearn_meanfield.diagnostics import split_rhat
 
 rng = np.random.RandomState(0)
 X = np.concatenate([rng.uniform(-3, -0.5, 50), rng.uniform(1.0, 3, 40)])[:, None]
@@ -97,7 +97,7 @@ fig, axes = plt.subplots(len(traces), 1, figsize=(8, 6), sharex=True)
 for ax, (name, trace) in zip(axes, traces.items()):
     for c in range(n_chains):
         ax.plot(trace[c], lw=0.7)
-    rhat = split_rhat(trace[:, :, None])[0]
+    rhat = split_rhat(trace)  # (n_chains, n_draws): one quantity
     ax.set_ylabel(name)
     ax.set_title(f"split R-hat {rhat:.3f}", fontsize=9, loc="right")
 axes[-1].set_xlabel("iteration after warm-up")

@@ -11,7 +11,8 @@ estimators themselves run:
   predictive densities from posterior draws), as in Vehtari, Gelman and Gabry
   (2017).
 * Binary restricted Boltzmann machines: the log partition function
-  (:func:`rbm_log_partition`) and log-likelihood (:func:`rbm_log_likelihood`),
+  (:func:`rbm_log_partition`), free energy (:func:`rbm_free_energy`) and
+  log-likelihood (:func:`rbm_log_likelihood`),
   exact by enumeration for small models or by the Bethe approximation
   (:func:`rbm_bethe_solve`, Huang and Toyoizumi 2015), and the model's moments
   (:func:`rbm_exact_moments`, :func:`rbm_gibbs_moments`).  They accept a fitted
@@ -71,6 +72,7 @@ __all__ = [
     "psis_loo",
     "rbm_bethe_solve",
     "rbm_exact_moments",
+    "rbm_free_energy",
     "rbm_gibbs_moments",
     "rbm_log_likelihood",
     "rbm_log_partition",
@@ -709,6 +711,54 @@ def _check_visible(X, n_visible):
             "X must have values in [0, 1] (binary units or their probabilities)."
         )
     return X
+
+
+def rbm_free_energy(rbm, X):
+    """Free energy ``F(v) = -log sum_h exp(-E(v, h))`` of each row of ``X``.
+
+    ``F(v) = -b.v - sum_a log(1 + exp(c_a + W_a.v))``, the hidden units
+    summed out in closed form: exact for any size, the unnormalised part of
+    ``log p(v) = -F(v) - log Z``.  BernoulliRBM's convention (its private
+    ``_free_energy``).
+
+    Parameters
+    ----------
+    rbm : BetheRBM, BernoulliRBM or tuple of three arrays
+        A fitted :class:`~sklearn_meanfield.BetheRBM` or
+        :class:`sklearn.neural_network.BernoulliRBM` (any object with
+        ``components_``, ``intercept_visible_`` and ``intercept_hidden_``), or
+        ``(components, intercept_visible, intercept_hidden)``.
+    X : {array-like, sparse matrix} of shape (n_samples, n_visible)
+        Visible states, values in [0, 1].
+
+    Returns
+    -------
+    free_energy : ndarray of shape (n_samples,)
+        In nats.
+
+    See Also
+    --------
+    rbm_log_likelihood : ``-F(v) - log Z``.
+
+    References
+    ----------
+    Huang, H. and Toyoizumi, T. (2015). Advanced mean field theory of the
+    restricted Boltzmann machine. Physical Review E, 91, 050101(R).
+
+    Examples
+    --------
+    One visible and one hidden unit, coupled with weight 2: ``F(1) =
+    -log(1 + e^2)``, ``F(0) = -log 2``.
+
+    >>> import numpy as np
+    >>> from sklearn_meanfield.diagnostics import rbm_free_energy
+    >>> params = (np.array([[2.0]]), np.zeros(1), np.zeros(1))
+    >>> F = rbm_free_energy(params, np.array([[1.0], [0.0]]))
+    >>> bool(np.allclose(F, [-np.log1p(np.e**2), -np.log(2)]))
+    True
+    """
+    params = _rbm_parameters(rbm)
+    return free_energy(_check_visible(X, params[0].shape[1]), *params)
 
 
 def rbm_log_likelihood(rbm, X, method="exact", *, bethe_form="bipartite"):

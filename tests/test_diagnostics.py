@@ -33,6 +33,7 @@ from sklearn_meanfield.diagnostics import (
     psis_loo,
     rbm_bethe_solve,
     rbm_exact_moments,
+    rbm_free_energy,
     rbm_gibbs_moments,
     rbm_log_likelihood,
     rbm_log_partition,
@@ -318,6 +319,12 @@ def test_exact_log_partition_and_likelihood_of_fitted_rbms(kind):
     assert np.abs(model.components_).max() > 0.3
     reference = _brute_force(*_params(model))
     assert rbm_log_partition(model) == pytest.approx(reference["log_z"], rel=1e-12)
+    # F(v) = -log sum_h exp(-E(v, h)) = -(log p(v) + log Z).
+    np.testing.assert_allclose(
+        rbm_free_energy(model, reference["V"]),
+        -(reference["log_pv"] + reference["log_z"]),
+        rtol=1e-12,
+    )
     log_lik = rbm_log_likelihood(model, reference["V"])
     np.testing.assert_allclose(log_lik, reference["log_pv"], rtol=1e-12, atol=1e-12)
     # The tuple form gives the same numbers.
@@ -480,6 +487,8 @@ def test_rbm_argument_validation():
         rbm_log_partition(params, method="bethe", bethe_form="loopy")
     with pytest.raises(ValueError, match="3 visible units"):
         rbm_log_likelihood(params, np.zeros((1, 4)))
+    with pytest.raises(ValueError, match="3 visible units"):
+        rbm_free_energy(params, np.zeros((1, 4)))
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         rbm_log_likelihood(params, np.full((1, 3), 2.0))
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
