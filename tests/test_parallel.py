@@ -10,7 +10,6 @@ from sklearn_meanfield._parallel import (
     blas_threads_per_worker,
     draw_seeds,
     run_parallel,
-    run_restarts,
     select_best,
 )
 
@@ -36,29 +35,53 @@ def test_draw_seeds_consumes_the_callers_generator():
     assert not np.array_equal(first, second)
 
 
+def _seeded_tasks(random_state, n_tasks, scale=2.0):
+    # The estimators' pattern: seeds drawn up front from the caller's
+    # random_state, then one argument tuple per task (its seed, plus whatever
+    # else the task needs, e.g. its subtask or initial state).
+    return [(scale, int(seed)) for seed in draw_seeds(random_state, n_tasks)]
+
+
 @pytest.mark.parametrize("n_jobs", [1, 2])
-def test_run_restarts_independent_of_n_jobs(n_jobs):
+def test_seeded_tasks_independent_of_n_jobs(n_jobs):
     reference = [_noisy_sum(2.0, int(s)) for s in draw_seeds(7, 6)]
-    results = run_restarts(_noisy_sum, 6, 7, args=(2.0,), n_jobs=n_jobs)
+    results = run_parallel(_noisy_sum, _seeded_tasks(7, 6), n_jobs=n_jobs)
     assert len(results) == 6
     for expected, got in zip(reference, results):
         np.testing.assert_array_equal(expected, got)
 
 
-def test_run_restarts_threading_backend_matches_sequential():
-    sequential = run_restarts(_noisy_sum, 5, 11, kwargs={"scale": 1.0}, n_jobs=1)
+def test_seeded_tasks_threading_backend_matches_sequential():
+    sequential = run_parallel(_noisy_sum, _seeded_tasks(11, 5, 1.0), n_jobs=1)
     with parallel_config(backend="threading", n_jobs=2):
-        threaded = run_restarts(_noisy_sum, 5, 11, kwargs={"scale": 1.0})
+        threaded = run_parallel(_noisy_sum, _seeded_tasks(11, 5, 1.0))
     for a, b in zip(sequential, threaded):
         np.testing.assert_array_equal(a, b)
 
 
-def test_run_restarts_process_backend_matches_sequential():
-    sequential = run_restarts(_noisy_sum, 4, 1, args=(3.0,), n_jobs=1)
+def test_seeded_tasks_process_backend_matches_sequential():
+    sequential = run_parallel(_noisy_sum, _seeded_tasks(1, 4, 3.0), n_jobs=1)
     with parallel_config(backend="loky", n_jobs=2):
-        processes = run_restarts(_noisy_sum, 4, 1, args=(3.0,))
+        processes = run_parallel(_noisy_sum, _seeded_tasks(1, 4, 3.0))
     for a, b in zip(sequential, processes):
         np.testing.assert_array_equal(a, b)
+
+
+def _walk(start, seed, n_steps):
+    # A task with a per-task initial state next to its seed.
+    steps = np.random.default_rng(seed).standard_normal((n_steps, start.size))
+    return start + np.cumsum(steps, axis=0)[-1]
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_seeds_and_initial_states_travel_with_their_task(n_jobs):
+    starts = [np.full(3, float(k)) for k in range(4)]
+    seeds = draw_seeds(np.random.RandomState(5), len(starts))
+    tasks = [(start, int(seed), 10) for start, seed in zip(starts, seeds)]
+    with parallel_config(backend="loky"):
+        results = run_parallel(_walk, tasks, n_jobs=n_jobs)
+    for (start, seed, n_steps), got in zip(tasks, results):
+        np.testing.assert_array_equal(got, _walk(start, seed, n_steps))
 
 
 def test_run_parallel_keeps_task_order():
@@ -160,7 +183,8 @@ def test_tasks_receive_aligned_arrays(n_jobs):
         _Holder(_misaligned_copy(matrix)),
     )
     with parallel_config(backend="threading"):
-        reports = run_restarts(_alignment_report, 2, 0, args=args, n_jobs=n_jobs)
+        tasks = [(*args, int(seed)) for seed in draw_seeds(0, 2)]
+        reports = run_parallel(_alignment_report, tasks, n_jobs=n_jobs)
     for report in reports:
         assert report == (True, True, True, 3 * matrix.sum())
 
