@@ -30,12 +30,13 @@ Khan, M. E. and Rue, H. (2023). The Bayesian learning rule. Journal of
 Machine Learning Research 24(281), 1-46.
 """
 
+from dataclasses import dataclass
+from typing import NamedTuple
+
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve, cholesky, solve_triangular
 from scipy.optimize import minimize
-from threadpoolctl import threadpool_limits
 
-from .._progress import ProgressReporter
 from ._erf_network import (
     bound_at_hyperparameters,
     init_params,
@@ -48,6 +49,8 @@ from ._erf_network import (
 )
 
 __all__ = [
+    "RestartOptions",
+    "RestartResult",
     "fit_restart",
     "fit_memory_bytes",
     "precision_matrix",
@@ -160,13 +163,110 @@ def params_from_precision(wbar, precision, shape):
     return np.concatenate([wbar, np.log(np.diagonal(L)), L[shape._tril]])
 
 
+@dataclass(frozen=True)
+class RestartOptions:
+    """Settings of one restart of :func:`fit_restart` (the estimator's).
+
+    Parameters
+    ----------
+    alpha_init : float
+        Initial noise precision of the standardised targets.
+    init_std : float
+        Initial posterior standard deviation of every weight.
+    max_iter : int
+        Iterations (each a natural-gradient step, or a phase of 100 L-BFGS
+        iterations for ``"lowrank"``, then a re-estimation).
+    inner_max_iter : int
+        Warm-up natural-gradient steps at the initial hyperparameters (for
+        ``"lowrank"`` the first L-BFGS phase plays that part).
+    tol : float
+        Convergence tolerance on the bound (:func:`_converged`).
+    max_precision : float
+        Cap of every precision.
+    """
+
+    alpha_init: float
+    init_std: float
+    max_iter: int
+    inner_max_iter: int
+    tol: float
+    max_precision: float
+
+
+@dataclass(frozen=True)
+class RestartResult:
+    """What one restart of :func:`fit_restart` ends with.
+
+    Attributes
+    ----------
+    theta : ndarray of shape (shape.n_params,)
+        Flat parameters of ``Q``.
+    alpha : ndarray of shape (n_outputs,)
+        Noise precisions (standardised targets).
+    lam_groups : ndarray of shape (n_groups,)
+        Prior precision per weight group.
+    scores : ndarray of shape (n_iter,)
+        The bound after every iteration (never decreasing).
+    n_iter : int
+    converged : bool
+    stopped : bool
+        Whether ``on_iteration`` asked to stop before convergence.
+    """
+
+    theta: np.ndarray
+    alpha: np.ndarray
+    lam_groups: np.ndarray
+    scores: np.ndarray
+    n_iter: int
+    converged: bool
+    stopped: bool
+
+    @property
+    def bound(self):
+        """The bound at the end of the restart (``scores[-1]``)."""
+        return self.scores[-1]
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """The data of one restart and what every step derives from them."""
+
+    X1: np.ndarray
+    T: np.ndarray
+    shape: object
+    groups: np.ndarray
+    sample_weight: np.ndarray = None
+
+    @property
+    def n_eff(self):
+        """Number of samples: the sum of the weights when there are any."""
+        if self.sample_weight is None:
+            return self.X1.shape[0]
+        return float(np.sum(self.sample_weight))
+
+    def args(self, alpha, lam):
+        """The data arguments of the bound at hyperparameters ``alpha, lam``."""
+        return (self.X1, self.T, alpha, lam[self.groups], self.shape)
+
+
+class NaturalStep(NamedTuple):
+    """An accepted natural-gradient update (:func:`_natural_step`)."""
+
+    theta: np.ndarray
+    precision: np.ndarray
+    value: float
+    stats: dict
+    step: float
+
+
 def _natural_step(
     theta, precision, value, g_wbar, target, step, args, shape, sample_weight=None
 ):
     """Halve ``step`` until the natural-gradient update lowers minus the bound.
 
-    Returns ``(theta, precision, value, stats, step)`` of the accepted update,
-    or None when even ``_MIN_STEP`` does not help (converged, or stuck).
+    Returns the accepted :class:`NaturalStep` (``theta, precision, value,
+    stats, step``), or None when even ``_MIN_STEP`` does not help (converged,
+    or stuck).
     """
     wbar = theta[: shape.n_weights]
     while step >= _MIN_STEP:
@@ -193,7 +293,7 @@ def _natural_step(
             sample_weight=sample_weight,
         )
         if np.isfinite(new_value) and new_value <= value:
-            return new_theta, new_precision, new_value, stats, step
+            return NaturalStep(new_theta, new_precision, new_value, stats, step)
         step /= 2.0
     return None
 
@@ -249,80 +349,41 @@ def _converged(scores, tol, n_samples):
     return scores[-1] - scores[-2] <= tol * max(abs(scores[-1]), n_samples)
 
 
-def _end_iteration(reporter, scores, tol, n_samples, message, *args):
-    """Report a finished iteration; ``(converged, stopped)`` end its loop.
+def _end_iteration(on_iteration, scores, tol, n_samples, iteration, **details):
+    """Hand a finished iteration to ``on_iteration``; ``(converged, stopped)``.
 
-    A callback's stop request counts only when the bound has not converged.
+    A stop request counts only when the bound has not converged.
     """
-    stopped = reporter.step(1, message, *args, task_name="iteration")
+    stopped = on_iteration is not None and on_iteration(
+        iteration, scores[-1], **details
+    )
     if _converged(scores, tol, n_samples):
         return True, False
     return False, bool(stopped)
 
 
-def _phase_result(theta, alpha, lam, scores, n_iter, converged, stopped):
-    """What both optimisation phases return to :func:`fit_restart`."""
-    return dict(
-        theta=theta,
-        alpha=alpha,
-        lam_groups=lam,
-        scores=np.asarray(scores),
-        n_iter=n_iter,
-        converged=converged,
-        stopped=stopped,
-        bound=scores[-1],
-    )
-
-
-def fit_restart(
-    X1,
-    T,
-    *,
-    shape,
-    alpha_init,
-    init_std,
-    max_iter,
-    inner_max_iter,
-    tol,
-    verbose,
-    seed,
-    max_precision,
-    task=None,
-    label="EnsembleLearningRegressor",
-    sample_weight=None,
-):
+def fit_restart(X1, T, shape, options, seed, *, on_iteration=None, sample_weight=None):
     """One variational fit from one random start.
 
-    BLAS is limited to one thread: the matrices are small, and a multi-threaded
-    BLAS costs more in thread wake-ups than the work itself.  Parallelism comes
-    from the restarts instead.
+    A pure computation: the caller chooses the BLAS threads and turns
+    ``on_iteration`` into progress lines and callback steps.
 
     Parameters
     ----------
     X1 : ndarray of shape (n_samples, n_inputs + 1)
     T : ndarray of shape (n_samples, n_outputs)
     shape : NetworkShape
-    alpha_init, init_std : float
-    max_iter : int
-        Iterations (each a natural-gradient step, or a phase of 100 L-BFGS
-        iterations for ``"lowrank"``, then a re-estimation).
-    inner_max_iter : int
-        Warm-up natural-gradient steps at the initial hyperparameters (for
-        ``"lowrank"`` the first L-BFGS phase plays that part).
-    tol : float
-    verbose : int
+    options : RestartOptions
     seed : int
-    max_precision : float
-        Cap of every precision.
-    label : str, default="EnsembleLearningRegressor"
-        Prefix of the progress lines (the shell names the restart; its
-        internal seed means nothing to a user).
-    task : CallbackTask or None, default=None
-        The restart's scikit-learn callback task
-        (:class:`~sklearn_meanfield._progress.CallbackTask`): its hooks run
-        around the restart and every iteration is one of its steps.  When a
-        step's callback asks to stop, the restart ends there, with the state
-        after that iteration.
+        Seed of the random start.
+    on_iteration : callable or None, default=None
+        ``on_iteration(iteration, bound, **details)`` after every iteration
+        (numbered from 1; ``bound`` after it); returning True asks to stop,
+        and the restart then ends with the state after that iteration (a
+        request is ignored when the bound has converged).  The natural-
+        gradient families pass ``step`` and ``relaxation`` as details, and
+        ``stationary=True`` for a last iteration in which no step raised the
+        bound (the bound is that of the iteration before).
     sample_weight : ndarray of shape (n_samples,) or None, default=None
         Row weights of the log-likelihood (see
         :func:`~sklearn_meanfield.variational._erf_network.negative_bound`);
@@ -331,51 +392,31 @@ def fit_restart(
 
     Returns
     -------
-    result : dict
-        ``theta``, ``alpha``, ``lam_groups``, ``scores`` (the bound after every
-        iteration), ``n_iter``, ``converged``, ``stopped`` (by a callback) and
-        ``bound``.
+    result : RestartResult
 
     Examples
     --------
     >>> import numpy as np
     >>> from sklearn_meanfield.variational._erf_network import NetworkShape
-    >>> from sklearn_meanfield.variational._optimise import fit_restart
+    >>> from sklearn_meanfield.variational._optimise import (
+    ...     RestartOptions, fit_restart)
     >>> rng = np.random.RandomState(0)
     >>> X = rng.uniform(-2, 2, size=(30, 1))
     >>> X1 = np.column_stack([X, np.ones(30)])
     >>> T = np.sin(X) + 0.1 * rng.normal(size=(30, 1))
-    >>> result = fit_restart(
-    ...     X1, T, shape=NetworkShape(1, 3, 1), alpha_init=25.0, init_std=0.1,
-    ...     max_iter=50, inner_max_iter=20, tol=1e-4, verbose=0, seed=0,
-    ...     max_precision=1e6)
-    >>> bool(np.all(np.diff(result["scores"]) >= 0)), result["converged"]
+    >>> options = RestartOptions(alpha_init=25.0, init_std=0.1, max_iter=50,
+    ...     inner_max_iter=20, tol=1e-4, max_precision=1e6)
+    >>> result = fit_restart(X1, T, NetworkShape(1, 3, 1), options, seed=0)
+    >>> bool(np.all(np.diff(result.scores) >= 0)), result.converged
     (True, True)
     """
-    with threadpool_limits(limits=1, user_api="blas"):
-        rng = np.random.RandomState(seed)
-        reporter = ProgressReporter(verbose, label, task=task)
-        reporter.task.begin()
-        groups = weight_groups(shape)
-        theta = init_params(shape, rng, init_std=init_std)
-        alpha = np.full(shape.n_outputs, float(alpha_init))
-        lam_groups = np.ones(groups.max() + 1)
-        settings = dict(
-            max_iter=max_iter,
-            inner_max_iter=inner_max_iter,
-            tol=tol,
-            max_precision=max_precision,
-            sample_weight=sample_weight,
-        )
-        if shape.covariance == "lowrank":
-            run = _lbfgs_phases
-        else:
-            run = _natural_gradient
-        result = run(X1, T, shape, groups, theta, alpha, lam_groups, reporter, settings)
-        if result["stopped"]:
-            reporter(1, "stopped by a callback after %d iterations", result["n_iter"])
-        reporter.task.end()
-        return result
+    rng = np.random.RandomState(seed)
+    problem = _Problem(X1, T, shape, weight_groups(shape), sample_weight)
+    theta = init_params(shape, rng, init_std=options.init_std)
+    alpha = np.full(shape.n_outputs, float(options.alpha_init))
+    lam_groups = np.ones(problem.groups.max() + 1)
+    run = _lbfgs_phases if shape.covariance == "lowrank" else _natural_gradient
+    return run(problem, theta, alpha, lam_groups, options, on_iteration)
 
 
 # Largest over-relaxation factor of the hyperparameter updates.
@@ -418,83 +459,140 @@ def _update_hyperparameters(value, stats, alpha, lam, groups, relax, previous, c
     return best_alpha, best_lam, exact, 2.0 if relax == 1.0 else 1.0
 
 
-def _natural_gradient(X1, T, shape, groups, theta, alpha, lam, reporter, settings):
-    """Natural-gradient iterations; the warm-up keeps the hyperparameters."""
-    weights = settings["sample_weight"]
-    n = X1.shape[0] if weights is None else float(np.sum(weights))
-    tol, max_precision = settings["tol"], settings["max_precision"]
-    precision = precision_matrix(theta, shape)
+def _try_natural_step(problem, theta, precision, alpha, lam, step):
+    """Minus the bound at ``theta`` and the accepted step from it (or None).
+
+    The step first tried is twice the last accepted one, at most 1.
+    """
+    args = problem.args(alpha, lam)
+    weights = problem.sample_weight
+    value, g_wbar, target = natural_gradient_terms(theta, *args, sample_weight=weights)
+    accepted = _natural_step(
+        theta,
+        precision,
+        value,
+        g_wbar,
+        target,
+        min(1.0, 2.0 * step),
+        args,
+        problem.shape,
+        weights,
+    )
+    return value, accepted
+
+
+def _warm_up(problem, theta, precision, alpha, lam, options):
+    """Natural-gradient steps at the initial hyperparameters.
+
+    Fit Q at the initial hyperparameters first: letting the weight precisions
+    move before the data are fitted prunes relevant inputs.  These steps are
+    not counted as iterations.  Returns ``(theta, precision, step)``.
+    """
     scores = []
-    warm_up = True
-    warm_up_scores = []
-    n_warm_up = 0
     step = 1.0
+    for _ in range(options.inner_max_iter):
+        _, accepted = _try_natural_step(problem, theta, precision, alpha, lam, step)
+        if accepted is None:
+            break
+        theta, precision, value, _, step = accepted
+        scores.append(-value)
+        if _converged(scores, options.tol, problem.n_eff):
+            break
+    return theta, precision, step
+
+
+def _natural_gradient(problem, theta, alpha, lam, options, on_iteration):
+    """Natural-gradient iterations, each closed by the re-estimation."""
+    n = problem.n_eff
+    precision = precision_matrix(theta, problem.shape)
+    theta, precision, step = _warm_up(problem, theta, precision, alpha, lam, options)
+    scores = []
     relax = 1.0
     converged = stopped = False
     n_iter = 0
-    while n_iter < settings["max_iter"]:
-        args = (X1, T, alpha, lam[groups], shape)
-        value, g_wbar, target = natural_gradient_terms(
-            theta, *args, sample_weight=weights
-        )
-        accepted = _natural_step(
-            theta,
-            precision,
-            value,
-            g_wbar,
-            target,
-            min(1.0, 2.0 * step),
-            args,
-            shape,
-            weights,
-        )
-        if warm_up:
-            # Fit Q at the initial hyperparameters first: letting the weight
-            # precisions move before the data are fitted prunes relevant
-            # inputs.  These steps are not counted as iterations.
-            n_warm_up += 1
-            if accepted is not None:
-                theta, precision, value, _, step = accepted
-                warm_up_scores.append(-value)
-            if (
-                accepted is None
-                or _converged(warm_up_scores, tol, n)
-                or n_warm_up >= settings["inner_max_iter"]
-            ):
-                warm_up = False
-            continue
-        n_iter += 1
+    for n_iter in range(1, options.max_iter + 1):
+        value, accepted = _try_natural_step(problem, theta, precision, alpha, lam, step)
         if accepted is None:
             # Not even the smallest step raises the bound: a stationary point
             # of Q at these hyperparameters, which are already at their
             # re-estimates.  The bound stays where it was.
             scores.append(scores[-1] if scores else -value)
             converged = True
-            reporter.task.step("iteration")  # counted, not printed
+            if on_iteration is not None:  # a stop request changes nothing
+                on_iteration(n_iter, scores[-1], stationary=True)
             break
         theta, precision, value, stats, step = accepted
         previous = scores[-1] if scores else -np.inf
         alpha, lam, value, relax = _update_hyperparameters(
-            value, stats, alpha, lam, groups, relax, previous, max_precision
+            value,
+            stats,
+            alpha,
+            lam,
+            problem.groups,
+            relax,
+            previous,
+            options.max_precision,
         )
         scores.append(-value)
         converged, stopped = _end_iteration(
-            reporter,
-            scores,
-            tol,
-            n,
-            "iteration %d: bound %.4f (step %.3g, relaxation %g)",
-            n_iter,
-            -value,
-            step,
-            relax,
+            on_iteration, scores, options.tol, n, n_iter, step=step, relaxation=relax
         )
         if converged or stopped:
             break
-    return _phase_result(theta, alpha, lam, scores, n_iter, converged, stopped)
+    return RestartResult(
+        theta, alpha, lam, np.asarray(scores), n_iter, converged, stopped
+    )
 
 
-def _lbfgs_phases(X1, T, shape, groups, theta, alpha, lam, reporter, settings):
+def _lbfgs_phase(problem, theta, alpha, lam, first, box):
+    """One L-BFGS phase: ``Q`` alone (``first``), else ``Q`` and the log
+    hyperparameters together; a phase that does not lower minus the bound
+    leaves everything as it was.  Returns ``(theta, alpha, lam)``."""
+    n_theta = problem.shape.n_params
+    weights = problem.sample_weight
+    if first:
+        start, objective, bounds = theta, negative_bound, None
+        args = (*problem.args(alpha, lam), True, None, weights)
+    else:
+        start = np.concatenate([theta, np.log(alpha), np.log(lam)])
+        objective, bounds = joint_negative_bound, box
+        args = (problem.X1, problem.T, problem.shape, problem.groups, weights)
+    result = minimize(
+        objective,
+        start,
+        args=args,
+        jac=True,
+        method="L-BFGS-B",
+        bounds=bounds,
+        options=dict(maxiter=_LBFGS_ITER_PER_PHASE),
+    )
+    if np.all(np.isfinite(result.x)) and result.fun <= objective(start, *args)[0]:
+        theta = result.x[:n_theta]
+        if not first:
+            alpha = np.exp(result.x[n_theta : n_theta + alpha.size])
+            lam = np.exp(result.x[n_theta + alpha.size :])
+    return theta, alpha, lam
+
+
+def _reestimate_at(problem, theta, alpha, lam, max_precision):
+    """The exact re-estimates at ``theta``: ``(alpha, lam, minus the bound)``."""
+    stats = {}
+    value = negative_bound(
+        theta,
+        *problem.args(alpha, lam),
+        return_grad=False,
+        stats=stats,
+        sample_weight=problem.sample_weight,
+    )
+    groups, n = problem.groups, problem.n_eff
+    new_alpha, new_lam = reestimate_from_stats(stats, n, groups, max_precision)
+    value = bound_at_hyperparameters(
+        value, stats, alpha, lam[groups], new_alpha, new_lam[groups], n
+    )
+    return new_alpha, new_lam, value
+
+
+def _lbfgs_phases(problem, theta, alpha, lam, options, on_iteration):
     """L-BFGS phases, each closed by the exact re-estimation.
 
     The first phase fits ``Q`` at the initial hyperparameters; later phases
@@ -502,60 +600,23 @@ def _lbfgs_phases(X1, T, shape, groups, theta, alpha, lam, reporter, settings):
     (:func:`joint_negative_bound`), which needs far fewer phases than plain
     alternation.
     """
-    weights = settings["sample_weight"]
-    n = X1.shape[0] if weights is None else float(np.sum(weights))
-    tol, max_precision = settings["tol"], settings["max_precision"]
-    n_theta = shape.n_params
-    log_cap = np.log(max_precision)
-    box = [(None, None)] * n_theta + [(-log_cap, log_cap)] * (alpha.size + lam.size)
+    log_cap = np.log(options.max_precision)
+    box = [(None, None)] * problem.shape.n_params
+    box += [(-log_cap, log_cap)] * (alpha.size + lam.size)
     scores = []
     converged = stopped = False
     n_iter = 0
-    for n_iter in range(1, settings["max_iter"] + 1):
-        if n_iter > 1:
-            start = np.concatenate([theta, np.log(alpha), np.log(lam)])
-            objective, bounds = joint_negative_bound, box
-            args = (X1, T, shape, groups, weights)
-        else:
-            start = theta
-            objective = negative_bound
-            args = (X1, T, alpha, lam[groups], shape, True, None, weights)
-            bounds = None
-        result = minimize(
-            objective,
-            start,
-            args=args,
-            jac=True,
-            method="L-BFGS-B",
-            bounds=bounds,
-            options=dict(maxiter=_LBFGS_ITER_PER_PHASE),
+    for n_iter in range(1, options.max_iter + 1):
+        theta, alpha, lam = _lbfgs_phase(problem, theta, alpha, lam, n_iter == 1, box)
+        alpha, lam, value = _reestimate_at(
+            problem, theta, alpha, lam, options.max_precision
         )
-        if np.all(np.isfinite(result.x)) and result.fun <= objective(start, *args)[0]:
-            theta = result.x[:n_theta]
-            if n_iter > 1:
-                alpha = np.exp(result.x[n_theta : n_theta + alpha.size])
-                lam = np.exp(result.x[n_theta + alpha.size :])
-        stats = {}
-        value = negative_bound(
-            theta,
-            X1,
-            T,
-            alpha,
-            lam[groups],
-            shape,
-            return_grad=False,
-            stats=stats,
-            sample_weight=weights,
-        )
-        new_alpha, new_lam = reestimate_from_stats(stats, n, groups, max_precision)
-        value = bound_at_hyperparameters(
-            value, stats, alpha, lam[groups], new_alpha, new_lam[groups], n
-        )
-        alpha, lam = new_alpha, new_lam
         scores.append(-value)
         converged, stopped = _end_iteration(
-            reporter, scores, tol, n, "iteration %d: bound %.4f", n_iter, -value
+            on_iteration, scores, options.tol, problem.n_eff, n_iter
         )
         if converged or stopped:
             break
-    return _phase_result(theta, alpha, lam, scores, n_iter, converged, stopped)
+    return RestartResult(
+        theta, alpha, lam, np.asarray(scores), n_iter, converged, stopped
+    )

@@ -10,11 +10,12 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
+from threadpoolctl import threadpool_limits
 
 from .._base import StandardizedRegressorMixin, atomic_fit
 from .._memory import check_memory, format_bytes
 from .._parallel import N_JOBS_CONSTRAINT, draw_seeds, run_parallel, select_best
-from .._progress import CallbackSupportMixin, fit_progress
+from .._progress import CallbackSupportMixin, ProgressReporter, fit_progress
 from ._erf_network import (
     NetworkShape,
     cavity_loo,
@@ -24,15 +25,54 @@ from ._erf_network import (
     sample_outputs,
     unpack,
 )
-from ._optimise import fit_memory_bytes, fit_restart
+from ._optimise import RestartOptions, fit_memory_bytes, fit_restart
 
 __all__ = ["EnsembleLearningRegressor"]
 
 
-def _run_restart(X1, T, settings, seed, task, index):
-    """Module-level (picklable) unit of parallel work: one restart."""
-    label = f"EnsembleLearningRegressor restart {index}"
-    return fit_restart(X1, T, seed=seed, task=task, label=label, **settings)
+def _iteration_progress(reporter):
+    """``on_iteration`` of :func:`fit_restart`: a progress line and a step.
+
+    Every iteration is one step of the restart's callback task (its stop
+    request ends the restart); it is printed at ``verbose >= 1`` unless it
+    only found the bound stationary.
+    """
+
+    def on_iteration(iteration, bound, step=None, relaxation=None, stationary=False):
+        if stationary:  # counted, not printed
+            return reporter.task.step("iteration")
+        message, args = "iteration %d: bound %.4f", (iteration, bound)
+        if step is not None:
+            message += " (step %.3g, relaxation %g)"
+            args += (step, relaxation)
+        return reporter.step(1, message, *args, task_name="iteration")
+
+    return on_iteration
+
+
+def _run_restart(X1, T, shape, options, seed, sample_weight, task, index, verbose):
+    """Module-level (picklable) unit of parallel work: one restart.
+
+    Runs the restart's callback task around the fit, on one BLAS thread (the
+    matrices are small: thread wake-ups cost more than the work), and reports
+    its iterations.
+    """
+    reporter = ProgressReporter(
+        verbose, f"EnsembleLearningRegressor restart {index}", task=task
+    )
+    with task, threadpool_limits(limits=1, user_api="blas"):
+        result = fit_restart(
+            X1,
+            T,
+            shape,
+            options,
+            seed,
+            on_iteration=_iteration_progress(reporter),
+            sample_weight=sample_weight,
+        )
+        if result.stopped:
+            reporter(1, "stopped by a callback after %d iterations", result.n_iter)
+    return result
 
 
 # Every precision (noise and weight groups, standardised units) stays in
@@ -297,16 +337,13 @@ class EnsembleLearningRegressor(
             X.shape[1], self.hidden_layer_size, T.shape[1], self.covariance, self.rank
         )
         self._check_memory(X.shape[0] if fit_weight is None else fit_weight.size, shape)
-        settings = dict(
-            shape=shape,
+        options = RestartOptions(
             alpha_init=self.alpha_init,
             init_std=self.init_std,
             max_iter=self.max_iter,
             inner_max_iter=self.inner_max_iter,
             tol=self.tol,
-            verbose=self.verbose,
             max_precision=_MAX_PRECISION,
-            sample_weight=fit_weight,
         )
         # Seeds drawn up front (as run_restarts does), one callback subtask
         # per restart, run in the restart's worker.
@@ -320,7 +357,17 @@ class EnsembleLearningRegressor(
             results = run_parallel(
                 _run_restart,
                 [
-                    (X1[rows], T[rows], settings, int(s), t, k)
+                    (
+                        X1[rows],
+                        T[rows],
+                        shape,
+                        options,
+                        int(s),
+                        fit_weight,
+                        t,
+                        k,
+                        self.verbose,
+                    )
                     for k, (s, t) in enumerate(zip(seeds, tasks))
                 ],
                 n_jobs=self.n_jobs,
@@ -357,34 +404,34 @@ class EnsembleLearningRegressor(
         )
 
     def _finish(self, X1, T, y, shape, results, rng, sample_weight):
-        _, best = select_best(results, key=lambda r: r["bound"])
-        if best["stopped"] and not best["converged"]:
+        _, best = select_best(results, key=lambda r: r.bound)
+        if best.stopped and not best.converged:
             # As every estimator of the library: a fit cut short by a
             # callback keeps its best iterate and says that it is one.
             warnings.warn(
                 f"EnsembleLearningRegressor was stopped by a callback after "
-                f"{best['n_iter']} iterations, before the bound converged; the "
+                f"{best.n_iter} iterations, before the bound converged; the "
                 "model is the best iterate so far.",
                 ConvergenceWarning,
             )
-        elif not best["converged"]:
+        elif not best.converged:
             warnings.warn(
                 f"EnsembleLearningRegressor did not converge in max_iter="
                 f"{self.max_iter} iterations; increase max_iter or tol.",
                 ConvergenceWarning,
             )
         self._shape = shape
-        self._theta = best["theta"]
-        self._alpha_std = best["alpha"]
+        self._theta = best.theta
+        self._alpha_std = best.alpha
         y_scale = self._y_scaler.scale
         # Bound in the units of y: the Jacobian of the target scaling.
         n_eff = len(T) if sample_weight is None else np.sum(sample_weight)
         jacobian = n_eff * np.sum(np.log(y_scale))
-        self.scores_ = best["scores"] - jacobian
-        self.n_iter_ = int(best["n_iter"])
+        self.scores_ = best.scores - jacobian
+        self.n_iter_ = int(best.n_iter)
         self.mean_ = unpack(self._theta, shape)[0].copy()
         self.alpha_ = self._alpha_std / y_scale**2
-        self.lambda_ = best["lam_groups"]
+        self.lambda_ = best.lam_groups
 
         if self.loo == "cavity":
             if hasattr(self, "pareto_k_"):  # from an earlier fit with "psis"
