@@ -194,7 +194,15 @@ def test_predictive_at_new_points_equals_the_dense_joint_model(negative):
 
 
 @pytest.mark.parametrize(
-    "likelihood, label_noise", [("probit", 0.0), ("logistic", 0.0), ("probit", 0.1)]
+    "likelihood, label_noise",
+    [
+        ("probit", 0.0),
+        ("logistic", 0.0),
+        ("probit", 0.1),
+        ("logistic", 0.1),
+        ("step", 0.0),
+        ("step", 0.1),
+    ],
 )
 def test_ep_on_fitc_equals_ep_on_the_dense_fitc_prior(likelihood, label_noise):
     X, t = _data(150, 12)
