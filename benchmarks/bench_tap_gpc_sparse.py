@@ -1,0 +1,187 @@
+"""Sparse (FITC) TAP / EP next to exact TAP, on the core functions (issue 17).
+
+Until the sparse mode is wired into ``TAPGaussianProcessClassifier`` this
+drives ``tap/_sparse.FITCPosterior`` and ``tap/_core.expectation_propagation``
+directly, with the fixed kernel ``ConstantKernel(2) * RBF(1)`` for both
+models (within 2 of the exact model's best log evidence, -501, on a 4 x 4 grid
+of amplitudes 1-8 and length scales 0.5-1.4 at n = 1000) and the probit
+likelihood.
+
+Data: ``X ~ N(0, I_4)``, boundary ``sin(2 x0) + 0.8 x1^2 - 0.8 + 0.5 x2 x3 >
+0``, every label flipped with probability 0.1 (so the Bayes log-loss is at
+least 0.325, the Bayes error at least 0.10); 2000 held-out points.
+Inducing inputs: k-means centres of the training inputs (``KMeans(m,
+n_init=1, random_state=0)``).
+
+Part 1, n = 2000: held-out log-loss and error of exact TAP and of sparse TAP
+(m = 64, 128, 256), the LOO error from the cavities (no refits) next to the
+held-out error, EP time (kernel matrices included, k-means not).
+Part 2, n = 50,000 (``--large``), fixed kernel: k-means time, kernel time, EP
+time and sweeps, peak resident memory (``ru_maxrss``, before and after) and
+the held-out log-loss, next to ``LogisticRegression`` on all the data.
+
+Times are wall-clock (``time.perf_counter``) of one run; BLAS threads from
+``--blas-threads`` (default 1, as ``bench_tap_gpc.py``).  Usage::
+
+    python -m benchmarks.bench_tap_gpc_sparse [--large | --large-only | --quick]
+        [--blas-threads K]
+"""
+
+import argparse
+import os
+import resource
+import time
+
+import numpy as np
+from sklearn.cluster import KMeans
+from sklearn.gaussian_process.kernels import RBF
+from sklearn.gaussian_process.kernels import ConstantKernel as C
+from sklearn.linear_model import LogisticRegression
+from threadpoolctl import threadpool_limits
+
+from sklearn_meanfield.tap._core import KernelPosterior, expectation_propagation
+from sklearn_meanfield.tap._likelihoods import make_likelihood
+from sklearn_meanfield.tap._sparse import FITCPosterior
+
+N_TEST = 2000
+LABEL_NOISE = 0.1
+
+
+def make_data(n, seed):
+    """Four inputs, a non-linear boundary, labels flipped with prob. 0.1."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 4))
+    f = np.sin(2 * X[:, 0]) + 0.8 * X[:, 1] ** 2 - 0.8 + 0.5 * X[:, 2] * X[:, 3]
+    y = (f > 0) ^ (rng.uniform(size=n) < LABEL_NOISE)
+    return X, np.where(y, 1.0, -1.0)
+
+
+def log_loss_and_error(p_positive, t):
+    p = np.clip(np.where(t > 0, p_positive, 1 - p_positive), 1e-15, 1.0)
+    return float(-np.mean(np.log(p))), float(np.mean(p < 0.5))
+
+
+def max_rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def fit_exact(kernel, X, t, likelihood):
+    start = time.perf_counter()
+    solution = expectation_propagation(
+        KernelPosterior(kernel(X)), t, likelihood, max_iter=500
+    )
+    return solution, time.perf_counter() - start
+
+
+def predict_exact(kernel, X, solution, X_new, likelihood):
+    K_cross = kernel(X, X_new)
+    mean = K_cross.T @ solution.alpha
+    var = kernel.diag(X_new) - solution.posterior.variance_reduction(K_cross)
+    return likelihood.predictive_positive(mean, np.maximum(var, 0.0))
+
+
+def inducing_inputs(X, m):
+    start = time.perf_counter()
+    Z = KMeans(m, n_init=1, random_state=0).fit(X).cluster_centers_
+    return Z, time.perf_counter() - start
+
+
+def fit_sparse(kernel, X, Z, t, likelihood):
+    """EP on the FITC prior; returns the solution, kernel and EP seconds."""
+    start = time.perf_counter()
+    posterior = FITCPosterior(kernel(Z), kernel(X, Z), kernel.diag(X))
+    kernel_seconds = time.perf_counter() - start
+    solution = expectation_propagation(posterior, t, likelihood, max_iter=500)
+    return solution, kernel_seconds, time.perf_counter() - start - kernel_seconds
+
+
+def predict_sparse(kernel, Z, solution, X_new, likelihood):
+    mean, var = solution.posterior.predict(kernel(Z, X_new), kernel.diag(X_new))
+    return likelihood.predictive_positive(mean, var)
+
+
+def loo_error(solution):
+    return float(np.mean(np.exp(solution.log_z) < 0.5))
+
+
+def part_one(kernel, likelihood, n=2000, sizes=(64, 128, 256)):
+    X, t = make_data(n + N_TEST, 0)
+    X, t, X_test, t_test = X[:n], t[:n], X[n:], t[n:]
+    exact, seconds = fit_exact(kernel, X, t, likelihood)
+    ll, err = log_loss_and_error(
+        predict_exact(kernel, X, exact, X_test, likelihood), t_test
+    )
+    print(f"n = {n}, kernel {kernel}, probit, held-out {N_TEST}")
+    print("  model       | log-loss  error  | LOO err | EP s  sweeps | vs exact")
+    print(
+        f"  exact       |  {ll:.4f}  {err:.3f}  |  {loo_error(exact):.3f}  |"
+        f" {seconds:5.2f}  {exact.n_iter:4d}  |"
+    )
+    for m in sizes:
+        Z, _ = inducing_inputs(X, m)
+        sparse, k_s, ep_s = fit_sparse(kernel, X, Z, t, likelihood)
+        ll_s, err_s = log_loss_and_error(
+            predict_sparse(kernel, Z, sparse, X_test, likelihood), t_test
+        )
+        print(
+            f"  sparse {m:4d} |  {ll_s:.4f}  {err_s:.3f}  |"
+            f"  {loo_error(sparse):.3f}  | {k_s + ep_s:5.2f}  {sparse.n_iter:4d}  |"
+            f" log-loss {ll_s - ll:+.4f}, time {(k_s + ep_s) / seconds:.2f}x"
+        )
+
+
+def part_two(kernel, likelihood, n=50_000, m=256):
+    X, t = make_data(n + N_TEST, 1)
+    X, t, X_test, t_test = X[:n], t[:n], X[n:], t[n:]
+    rss_before = max_rss_mib()
+    Z, kmeans_s = inducing_inputs(X, m)
+    sparse, k_s, ep_s = fit_sparse(kernel, X, Z, t, likelihood)
+    rss_after = max_rss_mib()
+    ll, err = log_loss_and_error(
+        predict_sparse(kernel, Z, sparse, X_test, likelihood), t_test
+    )
+    start = time.perf_counter()
+    logistic = LogisticRegression().fit(X, t)
+    lr_s = time.perf_counter() - start
+    ll_lr, err_lr = log_loss_and_error(logistic.predict_proba(X_test)[:, 1], t_test)
+    print(f"n = {n}, m = {m}, kernel {kernel} fixed, probit")
+    print(
+        f"  sparse TAP: k-means {kmeans_s:.1f} s, kernel {k_s:.1f} s, EP {ep_s:.1f} s"
+        f" ({sparse.n_iter} sweeps, {ep_s / sparse.n_iter:.2f} s each,"
+        f" converged {sparse.converged}); fit total {kmeans_s + k_s + ep_s:.1f} s"
+    )
+    print(
+        f"  peak RSS {rss_before:.0f} MiB before, {rss_after:.0f} MiB after"
+        f" (one n x n matrix would be {8 * n * n / 2**30:.1f} GiB)"
+    )
+    print(
+        f"  held-out log-loss {ll:.4f} error {err:.3f} LOO error"
+        f" {loo_error(sparse):.3f} | LogisticRegression {ll_lr:.4f} {err_lr:.3f}"
+        f" ({lr_s:.1f} s) | log-loss ratio sparse/LR {ll / ll_lr:.3f}"
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--large", action="store_true", help="also n = 50,000")
+    parser.add_argument("--large-only", action="store_true")
+    parser.add_argument("--blas-threads", type=int, default=1)
+    parser.add_argument(
+        "--quick", action="store_true", help="n = 500, m = 32 and 64 only"
+    )
+    args = parser.parse_args()
+    kernel = C(2.0, "fixed") * RBF(1.0, "fixed")
+    likelihood = make_likelihood("probit", 0.0)
+    print(f"load average {os.getloadavg()[0]:.2f}, BLAS threads {args.blas_threads}")
+    with threadpool_limits(args.blas_threads):
+        if args.quick:
+            part_one(kernel, likelihood, n=500, sizes=(32, 64))
+        elif not args.large_only:
+            part_one(kernel, likelihood)
+        if args.large or args.large_only:
+            part_two(kernel, likelihood)
+    print(f"load average {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
