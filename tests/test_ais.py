@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from joblib import parallel_config
 from numpy.testing import assert_allclose, assert_array_equal
+from scipy.sparse import csr_matrix
 from sklearn.datasets import load_digits
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import BernoulliRBM
@@ -143,6 +144,17 @@ def test_log_likelihood_base_rates_default_to_the_data():
     assert_array_equal(by_default.log_likelihood, explicit.log_likelihood)
     uniform = ais_log_likelihood(X, W, b, c, base_visible_bias=None, **kwargs)
     assert not np.array_equal(uniform.log_likelihood, by_default.log_likelihood)
+
+
+def test_sparse_data_as_dense():
+    rng = np.random.RandomState(0)
+    W, b, c = rng.normal(size=(3, 5)), rng.normal(size=5), rng.normal(size=3)
+    X = (rng.uniform(size=(30, 5)) < 0.3).astype(float)
+    kwargs = dict(n_chains=20, n_temperatures=50, random_state=1)
+    dense = ais_log_likelihood(X, W, b, c, **kwargs)
+    sparse = ais_log_likelihood(csr_matrix(X), W, b, c, **kwargs)
+    assert_allclose(sparse.log_likelihood, dense.log_likelihood, rtol=1e-12)
+    assert_array_equal(base_rate_visible_bias(csr_matrix(X)), base_rate_visible_bias(X))
 
 
 def test_standard_error_shrinks_with_more_temperatures():

@@ -48,6 +48,7 @@ from typing import NamedTuple
 
 import numpy as np
 from scipy.special import expit, logsumexp
+from sklearn.utils import check_array
 
 from .._parallel import draw_seeds, run_parallel
 from ._exact import free_energy
@@ -129,7 +130,7 @@ def base_rate_visible_bias(X, eps=1e-3):
 
     Parameters
     ----------
-    X : array-like of shape (n_samples, n_visible)
+    X : {array-like, sparse matrix} of shape (n_samples, n_visible)
         Data (or probabilities) in [0, 1], typically the training set.
     eps : float, default=1e-3
         Clipping of the means, in (0, 0.5).
@@ -147,10 +148,8 @@ def base_rate_visible_bias(X, eps=1e-3):
     """
     if not 0 < eps < 0.5:
         raise ValueError(f"eps must be in (0, 0.5); got {eps!r}.")
-    X = np.asarray(X, dtype=float)
-    if X.ndim != 2 or X.shape[0] == 0:
-        raise ValueError(f"X must be a non-empty 2-d array; got shape {X.shape}.")
-    mean = np.clip(X.mean(axis=0), eps, 1.0 - eps)
+    X = check_array(X, accept_sparse=("csr", "csc"), dtype=np.float64)
+    mean = np.clip(np.asarray(X.mean(axis=0)).ravel(), eps, 1.0 - eps)
     return np.log(mean) - np.log1p(-mean)
 
 
@@ -433,7 +432,7 @@ def ais_log_likelihood(
 
     Parameters
     ----------
-    X : array-like of shape (n_samples, n_visible)
+    X : {array-like, sparse matrix} of shape (n_samples, n_visible)
         Samples in [0, 1].
     weights : array-like of shape (n_hidden, n_visible)
         Couplings ``W`` (``components_``).
@@ -481,9 +480,9 @@ def ais_log_likelihood(
     >>> bool(np.abs(error).max() < 0.05)
     True
     """
-    X = np.asarray(X, dtype=float)
+    X = check_array(X, accept_sparse="csr", dtype=np.float64)
     weights = np.asarray(weights, dtype=float)
-    if X.ndim != 2 or X.shape[1] != weights.shape[-1]:
+    if X.shape[1] != weights.shape[-1]:
         raise ValueError(
             f"X must be 2-d with {weights.shape[-1]} columns; got shape {X.shape}."
         )
