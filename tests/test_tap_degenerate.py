@@ -85,7 +85,7 @@ def test_unconverged_step_on_moons_reports_nan_leave_one_out():
     )
     with pytest.warns(ConvergenceWarning, match="loo_proba_ are NaN"):
         model.fit(X, y)
-    solution = model._problems[0]["solution"]
+    solution = model._fits[0].solution
     assert not solution.converged
     assert np.isnan(model.loo_error_)
     assert model.loo_proba_.shape == (200, 2) and np.all(np.isnan(model.loo_proba_))
@@ -108,7 +108,7 @@ def test_converged_but_contradicting_step_fit_is_degenerate():
     )
     with pytest.warns(ConvergenceWarning, match="degenerate"):
         model.fit(X, y)
-    solution = model._problems[0]["solution"]
+    solution = model._fits[0].solution
     assert solution.converged and np.isnan(model.loo_error_)
     t = 2.0 * y - 1.0
     # Brute force from the public predictions and the cavities.
@@ -206,8 +206,7 @@ def test_fallback_is_the_perceptrons_ladder_and_converges_where_plain_ep_stalls(
 
 
 def _compare_ladders(K, t, likelihood):
-    from sklearn_meanfield._progress import ProgressReporter
-    from sklearn_meanfield.tap.perceptron import _adaptive_solve
+    from sklearn_meanfield.tap.perceptron import FitOptions, _solve
 
     plain = expectation_propagation(
         KernelPosterior(K), t, likelihood, tol=1e-5, patience=25
@@ -215,10 +214,17 @@ def _compare_ladders(K, t, likelihood):
     assert not plain.converged  # stalled
     ladder = ep_with_fallback(KernelPosterior(K), t, likelihood, tol=1e-5)
     assert ladder.converged and ladder.n_iter > plain.n_iter
-    config = dict(label_noise=0.05, max_iter=200, tol=1e-5, damping=0.8)
-    reference = _adaptive_solve(
-        KernelPosterior(K), t, None, config, {}, ProgressReporter(0, "x")
+    options = FitOptions(
+        likelihood=make_likelihood("step", 0.05),
+        variance="adaptive",
+        space="dual",
+        max_iter=200,
+        tol=1e-5,
+        damping=0.8,
+        n_restarts=0,
+        n_weights=K.shape[0],
     )
+    reference = _solve(KernelPosterior(K), t, None, options)
     np.testing.assert_array_equal(ladder.tau, reference.tau)
     np.testing.assert_array_equal(ladder.cavity_mean, reference.cavity_mean)
     assert ladder.log_evidence == reference.log_evidence
@@ -378,7 +384,7 @@ def test_multiclass_kernel_prints_each_problems_kernel(multi_class):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # bounds
         model.fit(X, y)
-    kernels = [problem["kernel"] for problem in model._problems]
+    kernels = [fit.kernel for fit in model._fits]
     names = (
         ["class 'setosa'", "class 'versicolor'", "class 'virginica'"]
         if multi_class == "one_vs_rest"

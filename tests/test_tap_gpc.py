@@ -592,7 +592,7 @@ def test_predict_proba_integrates_over_the_latent_field():
     # Recover var from the probability and check it against the exact GP
     # predictive variance with the converged Gaussian sites.
     var = (mean / norm.ppf(proba)) ** 2 - 1
-    solution = model._problems[0]["solution"]
+    solution = model._fits[0].solution
     kernel = model.kernel_
     K = kernel(X)
     Sigma_sites = np.diag(1 / solution.tau)
@@ -611,7 +611,7 @@ def test_logistic_predict_proba_integrates_the_logistic_over_the_field():
     ).fit(X, y)
     X_new = np.random.RandomState(5).randn(12, 2) * 2
     mean, _ = model.latent_mean_and_variance(X_new)
-    solution = model._problems[0]["solution"]
+    solution = model._fits[0].solution
     kernel = model.kernel_
     K_cross = kernel(X, X_new)
     var = kernel.diag(X_new) - np.einsum(
@@ -689,7 +689,7 @@ def test_diverging_naive_mean_field_still_predicts():
     model = TAPGaussianProcessClassifier(kernel, method="naive", optimizer=None)
     with pytest.warns(ConvergenceWarning, match="naive mean-field equations"):
         model.fit(X, y)
-    solution = model._problems[0]["solution"]
+    solution = model._fits[0].solution
     assert np.all(solution.tau >= 0)  # probit: log-concave sites
     proba = model.predict_proba(X)
     assert np.all(np.isfinite(proba))
@@ -796,7 +796,7 @@ def test_latent_mean_and_variance_is_the_gaussian_posterior_of_the_sites():
     mean, var = model.latent_mean_and_variance(X_new)
     # GP regression on the sites' pseudo-observations nu / tau with noise
     # variances 1 / tau, written out densely.
-    solution = model._problems[0]["solution"]
+    solution = model._fits[0].solution
     K, K_cross = kernel(X), kernel(X, X_new)
     A = K + np.diag(1 / solution.tau)
     np.testing.assert_allclose(

@@ -670,16 +670,14 @@ def test_identical_samples_are_grouped_exactly(fmt):
     # Brute force: the first kept sample with the same inputs and label.
     first = {}
     expected = [first.setdefault((tuple(X[j] + 0.0), y[j]), j) for j in keep]
-    groups = merged["rows"][merged["group"]]
+    groups = merged.rows[merged.group]
     np.testing.assert_array_equal(groups, expected)
     totals = {j: weights[keep][np.array(expected) == j].sum() for j in set(expected)}
+    np.testing.assert_allclose(merged.site_weights, [totals[j] for j in merged.rows])
     np.testing.assert_allclose(
-        merged["site_weights"], [totals[j] for j in merged["rows"]]
+        merged.share, weights[keep] / merged.site_weights[merged.group]
     )
-    np.testing.assert_allclose(
-        merged["share"], weights[keep] / merged["site_weights"][merged["group"]]
-    )
-    assert list(merged["rows"]) == sorted(merged["rows"])
+    assert list(merged.rows) == sorted(merged.rows)
     distinct = merge_identical_points(base, labels, np.arange(30), None)
     assert distinct is None
 

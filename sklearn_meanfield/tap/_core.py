@@ -26,6 +26,7 @@ References
 """
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from scipy import sparse
@@ -43,6 +44,7 @@ __all__ = [
     "ep_log_evidence",
     "ep_evidence_gradient",
     "ep_label_noise_gradient",
+    "MergedPoints",
     "merge_identical_points",
     "partial_cavities",
     "positive_site_weights",
@@ -1151,6 +1153,31 @@ def positive_site_weights(sample_weight, n):
     return keep, _check_site_weights(sample_weight[keep], len(keep))
 
 
+class MergedPoints(NamedTuple):
+    """Identical points merged into weighted sites
+    (:func:`merge_identical_points`).
+
+    Attributes
+    ----------
+    rows : ndarray of int
+        One representative per group, into X, in order of first occurrence.
+    site_weights : ndarray
+        The groups' total weights.
+    kept : ndarray of int
+        The samples considered (``keep``).
+    group : ndarray of int
+        Each kept sample's group.
+    share : ndarray
+        Each kept sample's weight over its group's.
+    """
+
+    rows: np.ndarray
+    site_weights: np.ndarray
+    kept: np.ndarray
+    group: np.ndarray
+    share: np.ndarray
+
+
 def merge_identical_points(X, y_index, keep, weights):
     """Identical points (same inputs, same label) as one weighted site.
 
@@ -1180,12 +1207,8 @@ def merge_identical_points(X, y_index, keep, weights):
 
     Returns
     -------
-    dict or None
-        None when the kept samples ``keep`` are distinct, else a dict:
-        ``rows`` (one representative per group, into X, in order of first
-        occurrence), ``site_weights`` (the groups' total weights), ``kept``
-        (= ``keep``), ``group`` (each kept sample's group) and ``share`` (its
-        weight over its group's).
+    MergedPoints or None
+        None when the kept samples ``keep`` are distinct.
 
     Examples
     --------
@@ -1193,9 +1216,9 @@ def merge_identical_points(X, y_index, keep, weights):
     >>> from sklearn_meanfield.tap._core import merge_identical_points
     >>> X = np.array([[1.0, 2.0], [0.5, 0.0], [1.0, 2.0], [1.0, 2.0]])
     >>> merged = merge_identical_points(X, np.array([1, 0, 1, 0]), np.arange(4), None)
-    >>> merged["rows"].tolist(), merged["site_weights"].tolist()
+    >>> merged.rows.tolist(), merged.site_weights.tolist()
     ([0, 1, 3], [2.0, 1.0, 1.0])
-    >>> merged["group"].tolist(), merged["share"].tolist()
+    >>> merged.group.tolist(), merged.share.tolist()
     ([0, 1, 0, 2], [0.5, 1.0, 0.5, 1.0])
     """
     if len(keep) < 2:
@@ -1240,13 +1263,13 @@ def merge_identical_points(X, y_index, keep, weights):
     totals = np.bincount(inverse, weights=kept_weights, minlength=n_groups)
     first = np.full(n_groups, len(keep))
     np.minimum.at(first, inverse, np.arange(len(keep)))
-    return {
-        "rows": keep[first],
-        "site_weights": totals,
-        "kept": keep,
-        "group": inverse,
-        "share": kept_weights / totals[inverse],
-    }
+    return MergedPoints(
+        rows=keep[first],
+        site_weights=totals,
+        kept=keep,
+        group=inverse,
+        share=kept_weights / totals[inverse],
+    )
 
 
 def _row_hashes(rows, labels):

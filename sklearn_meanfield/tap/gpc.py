@@ -1,7 +1,9 @@
 """Gaussian-process classification by TAP mean-field theory (Opper & Winther)."""
 
 import warnings
+from dataclasses import dataclass, field, replace
 from numbers import Integral, Real
+from typing import NamedTuple
 
 import numpy as np
 from joblib import effective_n_jobs
@@ -63,8 +65,83 @@ class _StopRequested(Exception):
     """A scikit-learn callback asked the fit to stop (at an evaluation)."""
 
 
+@dataclass(frozen=True)
+class FitOptions:
+    """The validated parameters a binary problem's fit reads, built once in fit.
+
+    ``label_noise`` is the fixed label noise, or, when it is learned
+    (``learns_label_noise``), None until the search has a value for it: the
+    optimiser's points carry their own (:func:`_at`).
+    """
+
+    likelihood: str
+    label_noise: float | None
+    learns_label_noise: bool
+    method: str
+    optimizer: object
+    n_restarts_optimizer: int
+    max_iter: int
+    tol: float
+    damping: float
+    verbose: int = 0
+    prefix: str = "TAPGaussianProcessClassifier"
+
+    def make_likelihood(self):
+        """The likelihood object of these options' label noise."""
+        return make_likelihood(self.likelihood, self.label_noise)
+
+
+class BinaryProblem(NamedTuple):
+    """One binary problem: its rows of the training set (None: all), its
+    +-1 targets and its site weights (None: all one)."""
+
+    rows: object
+    t: np.ndarray
+    weights: object
+
+
+class BinaryFit(NamedTuple):
+    """A fitted binary problem (what a worker returns, and predict reads)."""
+
+    kernel: Kernel
+    likelihood: object
+    solution: object
+    log_evidence: float
+    stopped: bool
+    loo_valid: bool  # only the cavities of a fixed point are leave-one-out
+
+    @property
+    def label_noise(self):
+        return self.likelihood.label_noise
+
+    def latent(self, X_train, X):
+        """Predictive mean and variance of the problem's field at ``X``."""
+        K_cross = self.kernel(X_train, X)
+        mean = K_cross.T @ self.solution.alpha
+        reduction = self.solution.posterior.variance_reduction(K_cross)
+        return mean, np.maximum(self.kernel.diag(X) - reduction, 0.0)
+
+
+class _Evaluation(NamedTuple):
+    """The EP solution at one point of the search, its evidence and gradient
+    (None unless asked) and :func:`contradicted_points`."""
+
+    solution: object
+    value: float
+    gradient: object
+    contradicted: int
+
+
 def _solve(
-    K, t, config, warm=None, tol=None, reporter=None, weights=None, honour_stop=None
+    K,
+    t,
+    likelihood,
+    options,
+    warm=None,
+    tol=None,
+    reporter=None,
+    weights=None,
+    honour_stop=None,
 ):
     """Run EP (adaptive TAP) on a kernel matrix, fractional EP where it stalls.
 
@@ -73,23 +150,21 @@ def _solve(
     sweep, whose request to stop ends the solve at its best iterate
     (``honour_stop``, by default whenever a reporter is given); the
     optimiser's evaluations print through it without being stopped.
-    ``weights`` are the site weights (None: all one).  The step likelihood
-    falls back on fractional EP when plain EP stalls
-    (:func:`~sklearn_meanfield.tap._fallback.ep_with_fallback`).
+    ``warm`` is an :class:`_WarmStart` or None; ``weights`` the site weights
+    (None: all one).  The step likelihood falls back on fractional EP when
+    plain EP stalls (:func:`~sklearn_meanfield.tap._fallback.ep_with_fallback`).
     """
-    posterior = KernelPosterior(K)
-    likelihood = make_likelihood(config["likelihood"], config["label_noise"])
-    warm = warm or {}
+    warm = warm or _WarmStart()
     return ep_with_fallback(
-        posterior,
+        KernelPosterior(K),
         t,
         likelihood,
-        tau=warm.get("tau"),
-        nu=warm.get("nu"),
-        fallback=warm.get("fallback"),
-        max_iter=config["max_iter"],
-        tol=config["tol"] if tol is None else tol,
-        damping=config["damping"],
+        tau=warm.tau,
+        nu=warm.nu,
+        fallback=warm.fallback,
+        max_iter=options.max_iter,
+        tol=options.tol if tol is None else tol,
+        damping=options.damping,
         reporter=reporter,
         log=reporter,
         site_weights=weights,
@@ -97,18 +172,17 @@ def _solve(
     )
 
 
-def _naive_solve(K, t, config, reporter=None, weights=None):
+def _naive_solve(K, t, likelihood, options, reporter=None, weights=None):
     """Naive mean field (the cavity variance is the prior variance)."""
-    likelihood = make_likelihood(config["likelihood"], config["label_noise"])
     extra = {} if weights is None else {"site_weights": weights}
     return mean_field_iteration(
         KernelPosterior(K),
         t,
         likelihood,
         PriorVariance(np.diag(K).copy()),
-        max_iter=config["max_iter"],
-        tol=config["tol"],
-        damping=min(config["damping"], 0.2),
+        max_iter=options.max_iter,
+        tol=options.tol,
+        damping=min(options.damping, 0.2),
         reporter=reporter,
         honour_stop=reporter is not None,
         **extra,
@@ -121,42 +195,40 @@ LABEL_NOISE_BOUNDS = (1e-4, 0.4)
 _LABEL_NOISE_START = 0.01
 
 
-def _learns_label_noise(config):
-    return isinstance(config["label_noise"], str)
-
-
-def _search_space(kernel, config):
+def _search_space(kernel, options):
     """Start and bounds of the optimiser: the kernel's log-hyperparameters,
     then ``log(label_noise)`` when it is learned."""
     theta, bounds = kernel.theta, kernel.bounds
-    if _learns_label_noise(config):
+    if options.learns_label_noise:
         theta = np.append(theta, np.log(_LABEL_NOISE_START))
         bounds = np.vstack([bounds, np.log(LABEL_NOISE_BOUNDS)])
     return theta, bounds
 
 
-def _at(theta, kernel, config):
-    """The kernel and the config (with a number for the label noise) at a
-    point ``theta`` of the search space."""
+def _at(theta, kernel, options):
+    """The kernel and the options (with the label noise's value) at a point
+    ``theta`` of the search space."""
     theta = np.asarray(theta, dtype=float)
-    if not _learns_label_noise(config):
-        return kernel.clone_with_theta(theta), config
+    if not options.learns_label_noise:
+        return kernel.clone_with_theta(theta), options
     label_noise = float(np.exp(theta[-1]))
-    return kernel.clone_with_theta(theta[:-1]), {**config, "label_noise": label_noise}
+    return kernel.clone_with_theta(theta[:-1]), replace(
+        options, label_noise=label_noise
+    )
 
 
-def _log_evidence(
-    theta, X, t, kernel, config, warm=None, eval_gradient=False, tol=None, weights=None
-):
+def _log_evidence(theta, X, t, kernel, options, eval_gradient=False, weights=None):
     """TAP (EP) log evidence at a point ``theta`` of the search space.
 
     ``theta`` holds the kernel's log-hyperparameters and, when the label noise
     is learned, ``log(label_noise)`` last; the gradient has the same layout.
     """
-    _, value, gradient = _evaluate(
-        theta, X, t, kernel, config, warm, eval_gradient, tol, weights
+    evaluation = _evaluate(
+        theta, X, t, kernel, options, eval_gradient=eval_gradient, weights=weights
     )
-    return (value, gradient) if eval_gradient else value
+    if eval_gradient:
+        return evaluation.value, evaluation.gradient
+    return evaluation.value
 
 
 def _evaluate(
@@ -164,38 +236,41 @@ def _evaluate(
     X,
     t,
     kernel,
-    config,
+    options,
     warm=None,
     eval_gradient=False,
     tol=None,
     weights=None,
     reporter=None,
 ):
-    """The EP solution, log evidence and (or None) its gradient at ``theta``.
-
-    The solution's ``contradicted`` attribute is :func:`contradicted_points`.
-    """
-    kernel, config = _at(theta, kernel, config)
+    """The :class:`_Evaluation` of the EP solution at ``theta``."""
+    kernel, options = _at(theta, kernel, options)
     if eval_gradient:
         K, K_gradient = kernel(X, eval_gradient=True)
     else:
         K = kernel(X)
+    likelihood = options.make_likelihood()
     solution = _solve(
-        K, t, config, warm, tol, reporter=reporter, weights=weights, honour_stop=False
+        K,
+        t,
+        likelihood,
+        options,
+        warm,
+        tol,
+        reporter=reporter,
+        weights=weights,
+        honour_stop=False,
     )
-    if warm is not None:
-        warm.update(tau=solution.tau, nu=solution.nu)
-    solution.contradicted = contradicted_points(K, t, solution)
+    contradicted = contradicted_points(K, t, solution)
     if not eval_gradient:
-        return solution, solution.log_evidence, None
+        return _Evaluation(solution, solution.log_evidence, None, contradicted)
     gradient = ep_evidence_gradient(solution, K_gradient)
     if len(theta) > kernel.n_dims:
         # The evidence is stationary in the sites: only log Z moves with the
         # label noise (weights included).  d/dlog(kappa) = kappa d/dkappa.
-        likelihood = make_likelihood(config["likelihood"], config["label_noise"])
         d_kappa = ep_label_noise_gradient(solution, t, likelihood)
-        gradient = np.append(gradient, config["label_noise"] * d_kappa)
-    return solution, solution.log_evidence, gradient
+        gradient = np.append(gradient, options.label_noise * d_kappa)
+    return _Evaluation(solution, solution.log_evidence, gradient, contradicted)
 
 
 # While the optimiser is far from a stationary point the EP equations are
@@ -206,6 +281,23 @@ def _evaluate(
 # ``tol``.
 _GRADIENT_RELATIVE_TOL = 1e-4
 _LOOSEST_TOL = 1e-3
+
+
+class _WarmStart(NamedTuple):
+    """EP's warm start: sites, and the sites to use when they make the
+    posterior improper (None: zero sites)."""
+
+    tau: object = None
+    nu: object = None
+    fallback: object = None
+
+
+class _Sites(NamedTuple):
+    """The sites of a reliable evaluation at ``theta``."""
+
+    theta: np.ndarray
+    tau: np.ndarray
+    nu: np.ndarray
 
 
 def _extrapolate_sites(history, theta):
@@ -219,39 +311,44 @@ def _extrapolate_sites(history, theta):
     improper: the last sites are then the fallback.
     """
     if not history:
-        return {}
-    theta_last, tau_last, nu_last = history[-1]
+        return _WarmStart()
+    last = history[-1]
     if len(history) < 2:
-        return {"tau": tau_last, "nu": nu_last}
-    theta_prev, tau_prev, nu_prev = history[0]
-    step = theta_last - theta_prev
+        return _WarmStart(last.tau, last.nu)
+    previous = history[0]
+    step = last.theta - previous.theta
     length = step @ step
     if not length > 0:
-        return {"tau": tau_last, "nu": nu_last}
+        return _WarmStart(last.tau, last.nu)
     # Within one step beyond either end: an extrapolation, not a leap.
-    c = float(np.clip((np.asarray(theta) - theta_last) @ step / length, -2.0, 1.0))
-    tau = tau_last + c * (tau_last - tau_prev)
-    tau = np.where(tau_last < 0, np.minimum(tau, 0.0), np.maximum(tau, 0.0))
-    return {
-        "tau": tau,
-        "nu": nu_last + c * (nu_last - nu_prev),
-        "fallback": (tau_last, nu_last),
-    }
+    c = float(np.clip((np.asarray(theta) - last.theta) @ step / length, -2.0, 1.0))
+    tau = last.tau + c * (last.tau - previous.tau)
+    tau = np.where(last.tau < 0, np.minimum(tau, 0.0), np.maximum(tau, 0.0))
+    return _WarmStart(tau, last.nu + c * (last.nu - previous.nu), (last.tau, last.nu))
 
 
-def _optimize_from(initial_theta, X, t, kernel, config, task=None, weights=None):
+class _OptimizerRun(NamedTuple):
+    """One optimiser run's optimum, its negative log evidence, the sites of
+    its best evaluation (a warm start for the final solve) and whether a
+    callback asked to stop (then the best point evaluated so far)."""
+
+    theta: np.ndarray
+    neg_log_evidence: float
+    sites: object
+    stopped: bool
+
+
+def _optimize_from(initial_theta, X, t, kernel, options, task=None, weights=None):
     """One optimiser run from ``initial_theta``; EP warm-starts along the path.
 
-    Returns the optimum, its negative log evidence, the sites of the best
-    evaluation (a warm start for the final solve) and whether a callback
-    asked to stop (then the best point evaluated so far is returned).
-    ``task`` (a :class:`~sklearn_meanfield._progress.CallbackTask`) gets a
-    step per evidence evaluation.
+    Returns an :class:`_OptimizerRun`.  ``task`` (a
+    :class:`~sklearn_meanfield._progress.CallbackTask`) gets a step per
+    evidence evaluation.
     """
     task = CallbackTask() if task is None else task
     task.begin()
     try:
-        return _run_optimizer(initial_theta, X, t, kernel, config, task, weights)
+        return _run_optimizer(initial_theta, X, t, kernel, options, task, weights)
     finally:
         task.end()
 
@@ -267,46 +364,63 @@ def _optimize_from(initial_theta, X, t, kernel, config, task=None, weights=None)
 _FAILED_EVALUATION_PENALTY = 1e3
 
 
-def _run_optimizer(initial_theta, X, t, kernel, config, task, weights):
-    history = []  # (theta, tau, nu) of the last two reliable evaluations
-    state = {
-        "tol": _LOOSEST_TOL,
-        "best": np.inf,
-        "theta": np.asarray(initial_theta, dtype=float),
-        "sites": {},
-        "evaluations": 0,
-    }
-    printer = None
-    if config["verbose"] >= 1:
-        printer = ProgressReporter(config["verbose"], _prefix(config))
+@dataclass
+class _Search:
+    """The objective of one optimiser run and what it has learned so far:
+    the EP tolerance, the best evaluation and the last two reliable sites."""
 
-    def objective(theta, eval_gradient=True):
-        tol = max(config["tol"], state["tol"])
-        warm = _extrapolate_sites(history, theta)
-        solution, value, gradient = _evaluate(
+    X: object
+    t: np.ndarray
+    kernel: Kernel
+    options: FitOptions
+    weights: object
+    task: object
+    theta: np.ndarray
+    printer: object = None
+    tol: float = _LOOSEST_TOL
+    best: float = np.inf
+    sites: object = None
+    evaluations: int = 0
+    history: list = field(default_factory=list)
+
+    def __call__(self, theta, eval_gradient=True):
+        warm = _extrapolate_sites(self.history, theta)
+        evaluation = _evaluate(
             theta,
-            X,
-            t,
-            kernel,
-            config,
+            self.X,
+            self.t,
+            self.kernel,
+            self.options,
             warm,
             eval_gradient=eval_gradient,
-            tol=tol,
-            weights=weights,
-            reporter=printer,
+            tol=max(self.options.tol, self.tol),
+            weights=self.weights,
+            reporter=self.printer,
         )
-        state["evaluations"] += 1
+        self.evaluations += 1
+        value, gradient = self._record(theta, evaluation, eval_gradient)
+        if self.task.step("evaluation"):
+            raise _StopRequested
+        if eval_gradient:
+            return -value, -gradient
+        return -value
+
+    def _record(self, theta, evaluation, eval_gradient):
+        """Keep a reliable evaluation; penalise the others (see
+        ``_FAILED_EVALUATION_PENALTY``).  Returns the value and gradient the
+        optimiser sees."""
+        solution, value, gradient = evaluation[:3]
         reliable = (
             solution.converged
-            and not solution.contradicted
+            and not evaluation.contradicted
             and np.isfinite(value)
             and (gradient is None or np.all(np.isfinite(gradient)))
         )
-        if printer is not None:
-            printer(
+        if self.printer is not None:
+            self.printer(
                 1,
                 "evaluation %d: log evidence %.4f at theta [%s] (%d sweeps%s)",
-                state["evaluations"],
+                self.evaluations,
                 value,
                 ", ".join(f"{x:.4g}" for x in np.exp(theta)),
                 solution.n_iter,
@@ -315,141 +429,168 @@ def _run_optimizer(initial_theta, X, t, kernel, config, task, weights):
         if reliable:
             if eval_gradient:
                 scale = np.max(np.abs(gradient))
-                state["tol"] = min(_GRADIENT_RELATIVE_TOL * scale, _LOOSEST_TOL)
-            history[:] = history[-1:] + [(np.array(theta), warm["tau"], warm["nu"])]
-            if -value < state["best"]:
-                state["best"] = -value
-                state["theta"] = np.array(theta, dtype=float)
-                state["sites"] = {"tau": warm["tau"], "nu": warm["nu"]}
-        else:
-            reference = state["best"]
-            if not np.isfinite(reference):  # nothing better known yet
-                reference = -value if np.isfinite(value) else 0.0
-            value = -(reference + _FAILED_EVALUATION_PENALTY * (1.0 + abs(reference)))
-            if not np.isfinite(state["best"]) and gradient is not None:
-                gradient = np.where(np.isfinite(gradient), gradient, 0.0)
-            elif gradient is not None:
-                gradient = np.zeros_like(gradient)
-        if task.step("evaluation"):
-            raise _StopRequested
-        if eval_gradient:
-            return -value, -gradient
-        return -value
+                self.tol = min(_GRADIENT_RELATIVE_TOL * scale, _LOOSEST_TOL)
+            sites = _Sites(np.array(theta), solution.tau, solution.nu)
+            self.history[:] = self.history[-1:] + [sites]
+            if -value < self.best:
+                self.best = -value
+                self.theta = np.array(theta, dtype=float)
+                self.sites = _WarmStart(solution.tau, solution.nu)
+            return value, gradient
+        reference = self.best
+        if not np.isfinite(reference):  # nothing better known yet
+            reference = -value if np.isfinite(value) else 0.0
+        value = -(reference + _FAILED_EVALUATION_PENALTY * (1.0 + abs(reference)))
+        if not np.isfinite(self.best) and gradient is not None:
+            gradient = np.where(np.isfinite(gradient), gradient, 0.0)
+        elif gradient is not None:
+            gradient = np.zeros_like(gradient)
+        return value, gradient
 
-    _, bounds = _search_space(kernel, config)
-    optimizer = config["optimizer"]
+
+def _run_optimizer(initial_theta, X, t, kernel, options, task, weights):
+    printer = None
+    if options.verbose >= 1:
+        printer = ProgressReporter(options.verbose, options.prefix)
+    search = _Search(
+        X,
+        t,
+        kernel,
+        options,
+        weights,
+        task,
+        theta=np.asarray(initial_theta, dtype=float),
+        printer=printer,
+    )
+    _, bounds = _search_space(kernel, options)
     try:
-        if optimizer == "fmin_l_bfgs_b":
-            result = minimize(
-                objective, initial_theta, method="L-BFGS-B", jac=True, bounds=bounds
-            )
-            if not result.success:
-                warnings.warn(
-                    "L-BFGS-B stopped before convergence while maximising the "
-                    f"TAP evidence ({result.message}); the best point found is "
-                    "used.",
-                    ConvergenceWarning,
-                )
-            theta, value = result.x, float(result.fun)
-        else:
-            theta, value = optimizer(objective, initial_theta, bounds=bounds)
-            theta = np.asarray(theta, dtype=float)
+        theta, value = options.optimizer(search, initial_theta, bounds=bounds)
+        theta = np.asarray(theta, dtype=float)
     except _StopRequested:
-        return state["theta"], float(state["best"]), state["sites"], True
-    if state["best"] < value or not np.isfinite(value):
+        return _OptimizerRun(search.theta, float(search.best), search.sites, True)
+    if search.best < value or not np.isfinite(value):
         # The optimiser ended elsewhere than at its best evaluation (an
         # abnormal line search): the best one is used.
-        theta, value = state["theta"], float(state["best"])
-    return theta, float(value), state["sites"], False
+        theta, value = search.theta, float(search.best)
+    return _OptimizerRun(theta, float(value), search.sites, False)
 
 
-def _warn_at_bounds(kernel, config):
+def _warn_at_bounds(kernel, options):
     """ConvergenceWarning for optimised hyperparameters that end on a bound.
 
     The kernel's own check (as scikit-learn's GP estimators make it), and the
     same for a learned label noise.
     """
     kernel._check_bounds_params()
-    if _learns_label_noise(config):
-        low, high = np.isclose(
-            np.log(config["label_noise"]), np.log(LABEL_NOISE_BOUNDS)
-        )
+    if options.learns_label_noise:
+        low, high = np.isclose(np.log(options.label_noise), np.log(LABEL_NOISE_BOUNDS))
         if low or high:
             warnings.warn(
-                f"The learned label noise {config['label_noise']:.3g} is at the "
+                f"The learned label noise {options.label_noise:.3g} is at the "
                 f"{'lower' if low else 'upper'} end of LABEL_NOISE_BOUNDS "
                 f"{LABEL_NOISE_BOUNDS}.",
                 ConvergenceWarning,
             )
 
 
-def _fit_binary(X, t, kernel, config, seed, n_jobs, task=None, weights=None):
+def _fit_binary(X, t, kernel, options, seed, n_jobs, task=None, weights=None):
     """Fit one binary problem, on the BLAS threads its matrices are worth.
 
     ``task`` (a :class:`~sklearn_meanfield._progress.CallbackTask`) is the
     problem's callback task: its subtasks are the optimiser runs (a step per
     evidence evaluation) and the final solve (a step per sweep).
     """
-    reporter = ProgressReporter(config["verbose"], _prefix(config), task=task)
+    reporter = ProgressReporter(options.verbose, options.prefix, task=task)
     reporter.task.begin()
     with blas_threads_for_matrix(_num_samples(X)):
         problem = _fit_binary_on_current_threads(
-            X, t, kernel, config, seed, n_jobs, reporter, weights
+            X, t, kernel, options, seed, n_jobs, reporter, weights
         )
     reporter.task.end()
     return problem
 
 
+def _optimise(X, t, kernel, options, seed, n_jobs, reporter, weights):
+    """The best of the optimiser runs (the first from the kernel's own
+    hyperparameters, the others from random draws within the bounds)."""
+    rng = np.random.RandomState(seed)
+    theta0, bounds = _search_space(kernel, options)
+    starts = [theta0]
+    if options.n_restarts_optimizer > 0 and not np.all(np.isfinite(bounds)):
+        raise ValueError(
+            "Multiple optimizer restarts (n_restarts_optimizer>0) require "
+            "that all kernel bounds are finite."
+        )
+    for _ in range(options.n_restarts_optimizer):
+        starts.append(rng.uniform(bounds[:, 0], bounds[:, 1]))
+    run_tasks = reporter.task.subtasks(len(starts), "optimiser run", max_steps=None)
+    runs = run_parallel(
+        _optimize_from,
+        [
+            (theta0, X, t, kernel, options, run_task, weights)
+            for theta0, run_task in zip(starts, run_tasks)
+        ],
+        n_jobs=n_jobs,
+    )
+    index, best = select_best(runs, key=lambda run: -run.neg_log_evidence)
+    reporter(
+        1,
+        "best of %d optimiser run(s): log evidence %.4f (run %d)",
+        len(runs),
+        -best.neg_log_evidence,
+        index,
+    )
+    return best, any(run.stopped for run in runs)
+
+
 def _fit_binary_on_current_threads(
-    X, t, kernel, config, seed, n_jobs, reporter, weights
+    X, t, kernel, options, seed, n_jobs, reporter, weights
 ):
     """Fit one binary problem: hyperparameters, then the mean-field solution.
 
     A pure function of its arguments (and ``seed``), so one-vs-rest problems
     and restarts can run on any joblib backend with identical results.
+    Returns a :class:`BinaryFit`.
     """
     stopped = False
-    if config["optimizer"] is not None and (
-        kernel.n_dims > 0 or _learns_label_noise(config)
+    sites = None
+    if options.optimizer is not None and (
+        kernel.n_dims > 0 or options.learns_label_noise
     ):
-        rng = np.random.RandomState(seed)
-        theta0, bounds = _search_space(kernel, config)
-        starts = [theta0]
-        if config["n_restarts_optimizer"] > 0 and not np.all(np.isfinite(bounds)):
-            raise ValueError(
-                "Multiple optimizer restarts (n_restarts_optimizer>0) require "
-                "that all kernel bounds are finite."
-            )
-        for _ in range(config["n_restarts_optimizer"]):
-            starts.append(rng.uniform(bounds[:, 0], bounds[:, 1]))
-        run_tasks = reporter.task.subtasks(len(starts), "optimiser run", max_steps=None)
-        runs = run_parallel(
-            _optimize_from,
-            [
-                (theta0, X, t, kernel, config, run_task, weights)
-                for theta0, run_task in zip(starts, run_tasks)
-            ],
-            n_jobs=n_jobs,
+        best, stopped = _optimise(
+            X, t, kernel, options, seed, n_jobs, reporter, weights
         )
-        index, (theta, value, sites, _) = select_best(runs, key=lambda run: -run[1])
-        stopped = any(run[3] for run in runs)
-        reporter(
-            1,
-            "best of %d optimiser run(s): log evidence %.4f (run %d)",
-            len(runs),
-            -value,
-            index,
-        )
-        kernel, config = _at(theta, kernel, config)
+        kernel, options = _at(best.theta, kernel, options)
+        sites = best.sites
         if not stopped:
-            _warn_at_bounds(kernel, config)
+            _warn_at_bounds(kernel, options)
     else:
         kernel = kernel.clone_with_theta(kernel.theta)
-        sites = None
-
     K = kernel(X)
+    likelihood = options.make_likelihood()
+    solution, log_evidence, stopped = _final_solve(
+        K, t, likelihood, options, sites, stopped, reporter, weights
+    )
+    contradicted = contradicted_points(K, t, solution)
+    _warn_unreliable(solution, options, stopped, contradicted, len(t))
+    if solution.posterior is not None:
+        solution.posterior.release()
+    return BinaryFit(
+        kernel=kernel,
+        likelihood=likelihood,
+        solution=solution,
+        log_evidence=log_evidence,
+        stopped=stopped,
+        loo_valid=bool(solution.converged and not stopped and not contradicted),
+    )
+
+
+def _final_solve(K, t, likelihood, options, sites, stopped, reporter, weights):
+    """The mean-field solution at the fitted kernel (a callback subtask whose
+    steps are the sweeps).  Returns it, its EP evidence and whether a
+    callback asked to stop (now or during the search)."""
     solve = ProgressReporter(
-        config["verbose"],
+        options.verbose,
         reporter.prefix,
         task=reporter.task.subtask("solve", max_steps=None),
     )
@@ -457,22 +598,29 @@ def _fit_binary_on_current_threads(
     sweeps = solve.steps_at(2, "sweep")
     # Stopped during the search: the best evaluation's sites as they are
     # (one sweep returns the warm start's solution, not a step beyond it).
-    final = {**config, "max_iter": 1} if stopped else config
-    ep = _solve(K, t, final, sites, reporter=sweeps, weights=weights)
+    final = replace(options, max_iter=1) if stopped else options
+    ep = _solve(K, t, likelihood, final, sites, reporter=sweeps, weights=weights)
     solution = ep
-    if config["method"] == "naive":
-        solution = _naive_solve(K, t, final, reporter=sweeps, weights=weights)
+    if options.method == "naive":
+        solution = _naive_solve(
+            K, t, likelihood, final, reporter=sweeps, weights=weights
+        )
     stopped |= ep.stopped or solution.stopped
     solve.task.end()
-    contradicted = contradicted_points(K, t, solution)
     reporter(
         1,
         "final %s solve: %d sweeps, %s, log evidence %.4f",
-        config["method"],
+        options.method,
         solution.n_iter,
         "converged" if solution.converged else "not converged",
         ep.log_evidence,
     )
+    return solution, ep.log_evidence, stopped
+
+
+def _warn_unreliable(solution, options, stopped, contradicted, n):
+    """ConvergenceWarning for a final solve whose cavities are no
+    leave-one-out predictions (stopped, not converged or degenerate)."""
     if stopped:
         warnings.warn(
             "A callback asked the fit to stop; the best hyperparameters and "
@@ -482,32 +630,21 @@ def _fit_binary_on_current_threads(
         )
     elif not solution.converged:
         warnings.warn(
-            f"The {config['method']} mean-field equations did not converge in "
+            f"The {options.method} mean-field equations did not converge in "
             f"{solution.n_iter} sweeps; the best iterate is kept, and loo_error_ "
             "and loo_proba_ are NaN (the cavities of an iterate that is not a "
             "fixed point are no leave-one-out predictions). Increase max_iter "
-            "or lower damping." + _degenerate_advice(config, contradicted, len(t)),
+            "or lower damping." + _degenerate_advice(options, contradicted, n),
             ConvergenceWarning,
         )
     elif contradicted:
         warnings.warn(
             "The fitted model is degenerate: its predictions on "
-            f"{contradicted} of {len(t)} training points contradict its own "
+            f"{contradicted} of {n} training points contradict its own "
             "leave-one-out predictions, so loo_error_ and loo_proba_ are NaN."
-            + _degenerate_advice(config, contradicted, len(t)),
+            + _degenerate_advice(options, contradicted, n),
             ConvergenceWarning,
         )
-    if solution.posterior is not None:
-        solution.posterior.release()
-    return {
-        "kernel": kernel,
-        "label_noise": config["label_noise"],
-        "solution": solution,
-        "log_evidence": ep.log_evidence,
-        "stopped": stopped,
-        # Only the cavities of a fixed point are leave-one-out predictions.
-        "loo_valid": bool(solution.converged and not stopped and not contradicted),
-    }
 
 
 def contradicted_points(K, t, solution):
@@ -561,7 +698,7 @@ def contradicted_points(K, t, solution):
     return int(np.sum(loo_right & ~fitted_right))
 
 
-def _degenerate_advice(config, contradicted, n):
+def _degenerate_advice(options, contradicted, n):
     """What to change when a step likelihood's solution is degenerate."""
     advice = ""
     if contradicted:
@@ -569,7 +706,7 @@ def _degenerate_advice(config, contradicted, n):
             f" The fitted predictions contradict the leave-one-out ones on "
             f"{contradicted} of {n} training points: the model is degenerate."
         )
-    if config["likelihood"] == "step" and config["label_noise"] == 0.0:
+    if options.likelihood == "step" and options.label_noise == 0.0:
         advice += (
             " The noise-free step likelihood has no room for points the kernel "
             "cannot separate without huge fields: give label_noise > 0 or "
@@ -579,11 +716,23 @@ def _degenerate_advice(config, contradicted, n):
     return advice
 
 
-def _prefix(config):
-    """Progress lines' prefix: the estimator, and the binary problem if several."""
-    problem = config.get("problem")
-    name = "TAPGaussianProcessClassifier"
-    return name if problem is None else f"{name} {problem}"
+PREFIX = "TAPGaussianProcessClassifier"
+
+
+def _fmin_l_bfgs_b(obj_func, initial_theta, bounds):
+    """``optimizer="fmin_l_bfgs_b"``: scikit-learn's optimiser signature, a
+    ConvergenceWarning when L-BFGS-B stops early (its best point is used)."""
+    result = minimize(
+        obj_func, initial_theta, method="L-BFGS-B", jac=True, bounds=bounds
+    )
+    if not result.success:
+        warnings.warn(
+            "L-BFGS-B stopped before convergence while maximising the "
+            f"TAP evidence ({result.message}); the best point found is "
+            "used.",
+            ConvergenceWarning,
+        )
+    return result.x, float(result.fun)
 
 
 def _take(X, rows):
@@ -859,18 +1008,24 @@ class TAPGaussianProcessClassifier(
         self.random_state = random_state
         self.verbose = verbose
 
-    def _config(self):
-        return {
-            "likelihood": self.likelihood,
-            "label_noise": self.label_noise,
-            "method": self.method,
-            "optimizer": self.optimizer,
-            "n_restarts_optimizer": self.n_restarts_optimizer,
-            "max_iter": self.max_iter,
-            "tol": self.tol,
-            "damping": self.damping,
-            "verbose": self.verbose,
-        }
+    def _options(self):
+        """The :class:`FitOptions` of the (validated) parameters."""
+        learned = self.label_noise == "auto"
+        optimizer = self.optimizer
+        if optimizer == "fmin_l_bfgs_b":
+            optimizer = _fmin_l_bfgs_b
+        return FitOptions(
+            likelihood=self.likelihood,
+            label_noise=None if learned else self.label_noise,
+            learns_label_noise=learned,
+            method=self.method,
+            optimizer=optimizer,
+            n_restarts_optimizer=self.n_restarts_optimizer,
+            max_iter=self.max_iter,
+            tol=self.tol,
+            damping=self.damping,
+            verbose=self.verbose,
+        )
 
     def _base_kernel(self):
         if self.kernel is None:
@@ -922,7 +1077,7 @@ class TAPGaussianProcessClassifier(
             if sample_weight is not None:
                 w = sample_weight[rows_all[kept]]
                 weights = None if np.all(w == 1.0) else w
-            problems.append({"rows": rows_kept, "t": t[kept], "weights": weights})
+            problems.append(BinaryProblem(rows_kept, t[kept], weights))
         return problems
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -978,7 +1133,7 @@ class TAPGaussianProcessClassifier(
         sample_weight = self._sample_weight(X, y, sample_weight)
         kernel = self._base_kernel()
         rng = check_random_state(self.random_state)
-        config = self._config()
+        options = self._options()
 
         self.X_train_ = np.copy(X) if self.copy_X_train else X
         problems = self._problem_specs(y_index, sample_weight)
@@ -988,42 +1143,47 @@ class TAPGaussianProcessClassifier(
             self, self.verbose, max_steps=len(problems), X=X, y=y
         ) as reporter:
             tasks = reporter.task.subtasks(len(problems), "problem", max_steps=None)
+            single = len(problems) == 1
             calls = [
                 (
-                    _take(self.X_train_, p["rows"]),
-                    p["t"],
+                    _take(self.X_train_, problem.rows),
+                    problem.t,
                     kernel,
-                    config if len(problems) == 1 else {**config, "problem": name},
+                    options if single else replace(options, prefix=f"{PREFIX} {name}"),
                     int(seed),
-                    self.n_jobs if len(problems) == 1 else 1,
+                    self.n_jobs if single else 1,
                     task,
-                    p["weights"],
+                    problem.weights,
                 )
-                for p, seed, task, name in zip(
+                for problem, seed, task, name in zip(
                     problems, seeds, tasks, self._problem_names()
                 )
             ]
-            if len(problems) == 1:
-                fitted = [_fit_binary(*calls[0])]
+            if single:
+                fits = [_fit_binary(*calls[0])]
             else:
-                fitted = run_parallel(_fit_binary, calls, n_jobs=self.n_jobs)
-        for problem, result in zip(problems, fitted):
-            problem.update(result)
-        self._problems = problems
-        kernels = [p["kernel"].clone_with_theta(p["kernel"].theta) for p in problems]
+                fits = run_parallel(_fit_binary, calls, n_jobs=self.n_jobs)
+        self._problems, self._fits = problems, fits
+        self._store(X, y, sample_weight)
+        return self
+
+    def _store(self, X, y, sample_weight):
+        """The fitted attributes of the binary problems' fits."""
+        fits = self._fits
+        kernels = [fit.kernel.clone_with_theta(fit.kernel.theta) for fit in fits]
         self.kernel_ = (
             kernels[0]
             if len(kernels) == 1
             else ProblemKernels(kernels, self._problem_names())
         )
         self.log_marginal_likelihood_value_ = np.mean(
-            [p["log_evidence"] for p in problems]
+            [fit.log_evidence for fit in fits]
         )
-        self.n_iter_ = int(max(p["solution"].n_iter for p in problems))
-        noise = np.array([p["label_noise"] for p in problems], dtype=float)
+        self.n_iter_ = int(max(fit.solution.n_iter for fit in fits))
+        noise = np.array([fit.label_noise for fit in fits], dtype=float)
         self.label_noise_ = float(noise[0]) if len(noise) == 1 else noise
 
-        if all(p["loo_valid"] for p in problems):
+        if all(fit.loo_valid for fit in fits):
             positive = self._loo_positive(_num_samples(X))
             self.loo_proba_ = self._proba(positive)
             self.loo_error_ = weighted_error_rate(
@@ -1032,7 +1192,6 @@ class TAPGaussianProcessClassifier(
         else:  # the fit warned why
             self.loo_proba_ = np.full((_num_samples(X), self.n_classes_), np.nan)
             self.loo_error_ = float("nan")
-        return self
 
     def _problem_names(self):
         """Names of the binary problems, for ``kernel_``'s repr."""
@@ -1088,27 +1247,16 @@ class TAPGaussianProcessClassifier(
             likelihood=self.likelihood,
         )
 
-    def _likelihoods(self):
-        """The fitted likelihood of each binary problem."""
-        return [
-            make_likelihood(self.likelihood, problem["label_noise"])
-            for problem in self._problems
-        ]
-
-    def _problem_latent(self, problem, X):
-        """Predictive mean and variance of one problem's field at ``X``."""
-        kernel, solution = problem["kernel"], problem["solution"]
-        K_cross = kernel(_take(self.X_train_, problem["rows"]), X)
-        mean = K_cross.T @ solution.alpha
-        var = kernel.diag(X) - solution.posterior.variance_reduction(K_cross)
-        return mean, np.maximum(var, 0.0)
+    def _problem_latent(self, k, X):
+        """Predictive mean and variance of problem ``k``'s field at ``X``."""
+        return self._fits[k].latent(_take(self.X_train_, self._problems[k].rows), X)
 
     def _positive(self, X):
         """Each problem's predictive probability of its positive class."""
         columns = []
-        for problem, likelihood in zip(self._problems, self._likelihoods()):
-            mean, var = self._problem_latent(problem, X)
-            columns.append(likelihood.predictive_positive(mean, var))
+        for k, fit in enumerate(self._fits):
+            mean, var = self._problem_latent(k, X)
+            columns.append(fit.likelihood.predictive_positive(mean, var))
         return np.column_stack(columns)
 
     def _loo_positive(self, n_samples):
@@ -1120,10 +1268,10 @@ class TAPGaussianProcessClassifier(
         leaving it out changes nothing.
         """
         columns = []
-        for problem, likelihood in zip(self._problems, self._likelihoods()):
-            solution = problem["solution"]
+        for k, (problem, fit) in enumerate(zip(self._problems, self._fits)):
+            likelihood, solution = fit.likelihood, fit.solution
             column = np.empty(n_samples)
-            rows = problem["rows"]
+            rows = problem.rows
             rows = np.arange(n_samples) if rows is None else rows
             column[rows] = likelihood.predictive_positive(
                 solution.cavity_mean, solution.cavity_var
@@ -1131,7 +1279,7 @@ class TAPGaussianProcessClassifier(
             others = np.setdiff1d(np.arange(n_samples), rows)
             if others.size:
                 mean, var = self._problem_latent(
-                    problem, _safe_indexing(self.X_train_, others)
+                    k, _safe_indexing(self.X_train_, others)
                 )
                 column[others] = likelihood.predictive_positive(mean, var)
             columns.append(column)
@@ -1256,7 +1404,7 @@ class TAPGaussianProcessClassifier(
                 f"{self.n_classes_} classes."
             )
         X = self._validate_X(X)
-        return self._problem_latent(self._problems[0], X)
+        return self._problem_latent(0, X)
 
     def log_marginal_likelihood(
         self, theta=None, eval_gradient=False, clone_kernel=True
@@ -1295,8 +1443,9 @@ class TAPGaussianProcessClassifier(
             return self.log_marginal_likelihood_value_
         theta = np.asarray(theta, dtype=float)
         n_problems = len(self._problems)
-        n_dims = self._problems[0]["kernel"].n_dims
-        learned = _learns_label_noise(self._config())
+        n_dims = self._fits[0].kernel.n_dims
+        options = self._options()
+        learned = options.learns_label_noise
         blocks = [n_dims, n_dims + 1] if learned else [n_dims]
         if len(theta) in blocks:
             thetas = [theta] * n_problems
@@ -1320,18 +1469,20 @@ class TAPGaussianProcessClassifier(
                 + ")."
             )
         values, gradients = [], []
-        for problem, theta_k in zip(self._problems, thetas):
-            config = self._config()
+        for problem, fit, theta_k in zip(self._problems, self._fits, thetas):
+            problem_options = options
             if len(theta_k) == n_dims:
-                config["label_noise"] = problem["label_noise"]
+                problem_options = replace(
+                    options, label_noise=fit.label_noise, learns_label_noise=False
+                )
             result = _log_evidence(
                 theta_k,
-                _take(self.X_train_, problem["rows"]),
-                problem["t"],
-                self._problems[0]["kernel"],
-                config,
+                _take(self.X_train_, problem.rows),
+                problem.t,
+                self._fits[0].kernel,
+                problem_options,
                 eval_gradient=eval_gradient,
-                weights=problem["weights"],
+                weights=problem.weights,
             )
             values.append(result[0] if eval_gradient else result)
             if eval_gradient:

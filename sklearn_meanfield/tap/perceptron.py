@@ -1,7 +1,9 @@
 """The Bayes-optimal perceptron by TAP mean-field theory (Opper & Winther 1996)."""
 
 import warnings
+from dataclasses import dataclass
 from numbers import Integral, Real
+from typing import NamedTuple
 
 import numpy as np
 from scipy import sparse
@@ -38,7 +40,7 @@ from ._core import (
     weighted_error_rate,
 )
 from ._fallback import ep_with_fallback
-from ._likelihoods import NoisyStepLikelihood
+from ._likelihoods import make_likelihood
 from ._multiclass import (
     encode_classes,
     leave_one_out,
@@ -60,6 +62,8 @@ _MIN_INTERCEPT_SCALE = 2.0**-256
 # Smallest cavity variance of the isotropic closure 1 - |<w>|^2 / N, which
 # leaves its domain once the posterior has (numerically) collapsed.
 _MIN_ISOTROPIC_VARIANCE = 1e-6
+
+PREFIX = "TAPPerceptronClassifier"
 
 
 # The closures feed the cavity variance back from the current solution, which
@@ -87,7 +91,43 @@ class _IsotropicVariance:
         return self.prior_var * max(1.0 - overlap, _MIN_ISOTROPIC_VARIANCE)
 
 
-def _adaptive_solve(posterior, t, w, config, warm, reporter):
+@dataclass(frozen=True)
+class FitOptions:
+    """The validated parameters a binary problem's fit reads, built once in fit.
+
+    ``likelihood`` is the noisy step of ``label_noise``, built once for every
+    solve and for predictions.
+    """
+
+    likelihood: object
+    variance: str
+    space: str
+    max_iter: int
+    tol: float
+    damping: float
+    n_restarts: int
+    n_weights: int
+    verbose: int = 0
+
+
+class _WarmStart(NamedTuple):
+    """Sites and mean-field coefficients to start an iteration from."""
+
+    tau: object = None
+    nu: object = None
+    alpha: object = None
+
+
+class BinaryFit(NamedTuple):
+    """A fitted binary problem: the posterior mean of the weights, the model
+    of the field variance at new inputs and the mean-field solution."""
+
+    weight_mean: np.ndarray
+    variance_model: object
+    solution: object
+
+
+def _adaptive_solve(posterior, t, w, options, warm, reporter):
     """Adaptive TAP: plain EP, then fractional EP where plain EP stalls.
 
     The ladder is :func:`~sklearn_meanfield.tap._fallback.ep_with_fallback`,
@@ -97,12 +137,12 @@ def _adaptive_solve(posterior, t, w, config, warm, reporter):
     return ep_with_fallback(
         posterior,
         t,
-        NoisyStepLikelihood(config["label_noise"], sigma=0.0),
-        tau=warm.get("tau"),
-        nu=warm.get("nu"),
-        max_iter=config["max_iter"],
-        tol=config["tol"],
-        damping=config["damping"],
+        options.likelihood,
+        tau=warm.tau,
+        nu=warm.nu,
+        max_iter=options.max_iter,
+        tol=options.tol,
+        damping=options.damping,
         reporter=reporter.steps_at(2, "sweep"),
         log=reporter,
         site_weights=w,
@@ -110,32 +150,31 @@ def _adaptive_solve(posterior, t, w, config, warm, reporter):
     )
 
 
-def _solve(posterior, t, w, config, warm=None, reporter=None):
-    """Run the configured mean-field equations (a pure function of its inputs).
+def _solve(posterior, t, w, options, warm=None, reporter=None):
+    """Run the optionsured mean-field equations (a pure function of its inputs).
 
     ``w`` holds the site weights (None: all one).  Every sweep is a step of
     ``reporter.task`` (named "sweep") for scikit-learn callbacks; a
     callback's request to stop ends the iteration with its best iterate.
     """
-    likelihood = NoisyStepLikelihood(config["label_noise"], sigma=0.0)
-    warm = warm or {}
+    warm = warm or _WarmStart()
     if reporter is None:
-        reporter = ProgressReporter(config["verbose"], "TAPPerceptronClassifier")
-    if config["variance"] == "adaptive":
-        return _adaptive_solve(posterior, t, w, config, warm, reporter)
-    if config["variance"] == "naive":
+        reporter = ProgressReporter(options.verbose, PREFIX)
+    if options.variance == "adaptive":
+        return _adaptive_solve(posterior, t, w, options, warm, reporter)
+    if options.variance == "naive":
         closure = PriorVariance(posterior.prior_var)
     else:
-        closure = _IsotropicVariance(posterior.prior_var, config["n_weights"])
+        closure = _IsotropicVariance(posterior.prior_var, options.n_weights)
     return mean_field_iteration(
         posterior,
         t,
-        likelihood,
+        options.likelihood,
         closure,
-        alpha=warm.get("alpha"),
-        max_iter=config["max_iter"],
-        tol=config["tol"],
-        damping=min(config["damping"], _MAX_CLOSURE_STEP),
+        alpha=warm.alpha,
+        max_iter=options.max_iter,
+        tol=options.tol,
+        damping=min(options.damping, _MAX_CLOSURE_STEP),
         reporter=reporter.steps_at(2, "sweep"),
         site_weights=w,
         honour_stop=True,
@@ -151,14 +190,14 @@ def _free_energy_score(solution):
 
 def _warm_start(solution, n_new):
     pad = np.zeros(n_new)
-    return {
-        "tau": np.concatenate([solution.tau, pad]),
-        "nu": np.concatenate([solution.nu, pad]),
-        "alpha": np.concatenate([solution.alpha, pad]),
-    }
+    return _WarmStart(
+        np.concatenate([solution.tau, pad]),
+        np.concatenate([solution.nu, pad]),
+        np.concatenate([solution.alpha, pad]),
+    )
 
 
-def _incremental_solve(posterior, t, w, config, seed, task=None):
+def _incremental_solve(posterior, t, w, options, seed, task=None):
     """The paper's schedule for hard problems: a few examples first, then more.
 
     The examples are taken in a random order (``seed``); the set doubles at
@@ -167,14 +206,14 @@ def _incremental_solve(posterior, t, w, config, seed, task=None):
     (a :class:`~sklearn_meanfield._progress.CallbackTask`) is the restart's
     callback task; its steps are the sweeps of every stage.
     """
-    reporter = ProgressReporter(config["verbose"], "TAPPerceptronClassifier", task=task)
+    reporter = ProgressReporter(options.verbose, PREFIX, task=task)
     reporter.task.begin()
-    solution = _incremental_stages(posterior, t, w, config, seed, reporter)
+    solution = _incremental_stages(posterior, t, w, options, seed, reporter)
     reporter.task.end()
     return solution
 
 
-def _incremental_stages(posterior, t, w, config, seed, reporter):
+def _incremental_stages(posterior, t, w, options, seed, reporter):
     n = posterior.n
     order = np.random.RandomState(seed).permutation(n)
     size = min(n, max(8, n // 16))
@@ -185,7 +224,7 @@ def _incremental_stages(posterior, t, w, config, seed, reporter):
             posterior.subset(index),
             t[index],
             None if w is None else w[index],
-            config,
+            options,
             warm,
             reporter,
         )
@@ -202,17 +241,15 @@ def _incremental_stages(posterior, t, w, config, seed, reporter):
         posterior,
         t,
         w,
-        config,
-        {
-            "tau": solution.tau[inverse],
-            "nu": solution.nu[inverse],
-            "alpha": solution.alpha[inverse],
-        },
+        options,
+        _WarmStart(
+            solution.tau[inverse], solution.nu[inverse], solution.alpha[inverse]
+        ),
         reporter,
     )
 
 
-def _fit_binary(Phi, t, w, config, seed, n_jobs, task=None):
+def _fit_binary(Phi, t, w, options, seed, n_jobs, task=None):
     """One binary problem: plain iteration, then incremental restarts if needed.
 
     ``task`` (a :class:`~sklearn_meanfield._progress.CallbackTask`) is the
@@ -220,46 +257,46 @@ def _fit_binary(Phi, t, w, config, seed, n_jobs, task=None):
     sweeps) and, when they run, the incremental restarts.
     """
     # d x d matrices in weight space, m x m in the dual space.
-    side = Phi.shape[1] if config["space"] == "weight" else Phi.shape[0]
-    reporter = ProgressReporter(config["verbose"], "TAPPerceptronClassifier", task=task)
+    side = Phi.shape[1] if options.space == "weight" else Phi.shape[0]
+    reporter = ProgressReporter(options.verbose, PREFIX, task=task)
     reporter.task.begin()
     with blas_threads_for_matrix(side):
-        problem = _fit_binary_solve(Phi, t, w, config, seed, n_jobs, reporter)
+        problem = _fit_binary_solve(Phi, t, w, options, seed, n_jobs, reporter)
     reporter.task.end()
     return problem
 
 
-def _fit_binary_solve(Phi, t, w, config, seed, n_jobs, reporter):
-    if config["space"] == "weight":
+def _fit_binary_solve(Phi, t, w, options, seed, n_jobs, reporter):
+    if options.space == "weight":
         posterior = WeightSpacePosterior(Phi)
     else:
         K = Phi @ Phi.T
         posterior = KernelPosterior(K.toarray() if sparse.issparse(K) else K)
     solve = ProgressReporter(
-        config["verbose"],
+        options.verbose,
         reporter.prefix,
         task=reporter.task.subtask("solve", max_steps=None),
     )
     solve.task.begin()
-    solution = _solve(posterior, t, w, config, reporter=solve)
+    solution = _solve(posterior, t, w, options, reporter=solve)
     solve.task.end()
     reporter(
         1,
         "%s mean field in %s space: %d sweeps, converged=%s",
-        config["variance"],
-        config["space"],
+        options.variance,
+        options.space,
         solution.n_iter,
         solution.converged,
     )
-    if not solution.converged and not solution.stopped and config["n_restarts"] > 0:
-        n_restarts = config["n_restarts"]
+    if not solution.converged and not solution.stopped and options.n_restarts > 0:
+        n_restarts = options.n_restarts
         restarts = reporter.task.subtask("incremental restarts", max_steps=n_restarts)
         restarts.begin()
         # Seeds drawn up front, as run_restarts does; one task per restart.
         candidates = run_parallel(
             _incremental_solve,
             [
-                (posterior, t, w, config, int(s), task)
+                (posterior, t, w, options, int(s), task)
                 for s, task in zip(
                     draw_seeds(seed, n_restarts),
                     restarts.subtasks(n_restarts, "restart", max_steps=None),
@@ -280,30 +317,26 @@ def _fit_binary_solve(Phi, t, w, config, seed, n_jobs, reporter):
         )
     if solution.stopped:
         warnings.warn(
-            f"A callback stopped the {config['variance']} TAP equations after "
+            f"A callback stopped the {options.variance} TAP equations after "
             f"{solution.n_iter} sweeps, before they converged; the best iterate "
             "is kept.",
             ConvergenceWarning,
         )
     elif not solution.converged:
         warnings.warn(
-            f"The {config['variance']} TAP equations did not converge in "
+            f"The {options.variance} TAP equations did not converge in "
             f"{solution.n_iter} sweeps; the best iterate is kept. Increase "
             "max_iter or n_restarts, lower damping, or allow label_noise > 0.",
             ConvergenceWarning,
         )
     weight_mean = Phi.T @ solution.alpha
-    if config["space"] == "weight":
+    if options.space == "weight":
         variance_model = solution.posterior
     else:
         variance_model = _DualFieldVariance(Phi, solution.posterior)
     if solution.posterior is not None:
         solution.posterior.release()
-    return {
-        "weight_mean": weight_mean,
-        "variance_model": variance_model,
-        "solution": solution,
-    }
+    return BinaryFit(weight_mean, variance_model, solution)
 
 
 class _DualFieldVariance:
@@ -647,7 +680,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         keep, site_weights = positive_site_weights(weights, X.shape[0])
         merged = merge_identical_points(X, y_index, keep, weights)
         if merged is not None:
-            keep, site_weights = merged["rows"], merged["site_weights"]
+            keep, site_weights = merged.rows, merged.site_weights
         if len(keep) < X.shape[0]:
             Phi = Phi[keep]
         n_samples, n_weights = Phi.shape
@@ -655,17 +688,17 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
             self.space_ = "weight" if n_samples > n_weights else "dual"
         else:
             self.space_ = self.space
-        config = {
-            "label_noise": self.label_noise,
-            "variance": self.variance,
-            "space": self.space_,
-            "max_iter": self.max_iter,
-            "tol": self.tol,
-            "damping": self.damping,
-            "n_restarts": self.n_restarts,
-            "n_weights": n_weights,
-            "verbose": self.verbose,
-        }
+        options = FitOptions(
+            likelihood=make_likelihood("step", self.label_noise),
+            variance=self.variance,
+            space=self.space_,
+            max_iter=self.max_iter,
+            tol=self.tol,
+            damping=self.damping,
+            n_restarts=self.n_restarts,
+            n_weights=n_weights,
+            verbose=self.verbose,
+        )
         targets = [t[keep] for t in one_vs_rest_targets(y_index, n_classes)]
         seeds = draw_seeds(rng, len(targets))
         # With scikit-learn callbacks, every problem is a subtask of the fit.
@@ -674,12 +707,13 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         ) as reporter:
             tasks = reporter.task.subtasks(len(targets), "problem", max_steps=None)
             problems = self._fit_problems(
-                Phi, targets, site_weights, config, seeds, tasks
+                Phi, targets, site_weights, options, seeds, tasks
             )
+            self._likelihood = options.likelihood
             self._store(X, y, problems, keep, error_weights, dtype, merged)
         return self
 
-    def _fit_problems(self, Phi, targets, site_weights, config, seeds, tasks):
+    def _fit_problems(self, Phi, targets, site_weights, options, seeds, tasks):
         try:
             if len(targets) == 1:
                 return [
@@ -687,7 +721,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
                         Phi,
                         targets[0],
                         site_weights,
-                        config,
+                        options,
                         int(seeds[0]),
                         self.n_jobs,
                         tasks[0],
@@ -696,7 +730,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
             return run_parallel(
                 _fit_binary,
                 [
-                    (Phi, t, site_weights, config, int(s), 1, task)
+                    (Phi, t, site_weights, options, int(s), 1, task)
                     for t, s, task in zip(targets, seeds, tasks)
                 ],
                 n_jobs=self.n_jobs,
@@ -708,31 +742,31 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
             ) from error
 
     def _store(self, X, y, problems, keep, weights, dtype, merged=None):
-        weights_mean = np.vstack([p["weight_mean"] for p in problems])
+        weights_mean = np.vstack([fit.weight_mean for fit in problems])
         n_features = X.shape[1]
         coef = weights_mean[:, :n_features] / np.sqrt(n_features)
         if self.fit_intercept:
             intercept = weights_mean[:, n_features].copy()
         else:
             intercept = np.zeros(len(problems))
-        self._variance_models = [p["variance_model"] for p in problems]
-        self.n_iter_ = int(max(p["solution"].n_iter for p in problems))
+        self._variance_models = [fit.variance_model for fit in problems]
+        self.n_iter_ = int(max(fit.solution.n_iter for fit in problems))
         # coef_ and intercept_ follow X's dtype (solved in float64).
         self.coef_ = coef.astype(dtype, copy=False)
         self.intercept_ = intercept.astype(dtype, copy=False)
 
-        likelihood = NoisyStepLikelihood(self.label_noise, sigma=0.0)
-        solutions = [p["solution"] for p in problems]
+        likelihood = self._likelihood
+        solutions = [fit.solution for fit in problems]
         if merged is None:
             loo_proba, _ = leave_one_out(likelihood, solutions, self.classes_, y[keep])
         else:
             # A merged sample leaves its own share of the merged site out.
-            keep = merged["kept"]
+            keep = merged.kept
             loo_proba = positive_to_proba(
                 np.column_stack(
                     [
                         likelihood.predictive_positive(
-                            *partial_cavities(s, merged["group"], merged["share"])
+                            *partial_cavities(s, merged.group, merged.share)
                         )
                         for s in solutions
                     ]
@@ -782,10 +816,9 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         return mean / np.sqrt(np.maximum(var, np.finfo(float).tiny))
 
     def _positive(self, mean, var):
-        likelihood = NoisyStepLikelihood(self.label_noise, sigma=0.0)
         # A field known exactly (var = 0) gives the likelihood at its mean.
         var = np.maximum(var, np.finfo(float).tiny)
-        return likelihood.predictive_positive(mean, var)
+        return self._likelihood.predictive_positive(mean, var)
 
     def decision_function(self, X):
         """Mean field in units of its posterior standard deviation.
@@ -850,16 +883,17 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         check_is_fitted(self)
         mean, var, dtype = self._fields(X)
         z = self._standardised(mean, var)
+        label_noise = self._likelihood.label_noise
         if z.shape[1] == 1:
             # 1 - kappa - (1 - 2 kappa) Phi(z) = kappa + (1 - 2 kappa) Phi(-z).
             log_proba = np.column_stack(
                 [
-                    log_noisy_step(-z[:, 0], self.label_noise),
-                    log_noisy_step(z[:, 0], self.label_noise),
+                    log_noisy_step(-z[:, 0], label_noise),
+                    log_noisy_step(z[:, 0], label_noise),
                 ]
             )
         else:
-            log_positive = log_noisy_step(z, self.label_noise)
+            log_positive = log_noisy_step(z, label_noise)
             with np.errstate(divide="ignore"):
                 total = logsumexp(log_positive, axis=1, keepdims=True)
             uniform = np.full_like(log_positive, -np.log(z.shape[1]))
