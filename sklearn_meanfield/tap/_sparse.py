@@ -68,6 +68,7 @@ __all__ = [
     "block_adjoints",
     "fitc_evidence_adjoints",
     "fitc_evidence_gradient",
+    "fitc_kernel_gradient",
     "fitc_inducing_gradient",
 ]
 
@@ -418,6 +419,32 @@ class FITCPosterior:
         self._set(chol_mm, U, d, block_size, jitter_used)
 
     @classmethod
+    def from_kernel(cls, kernel, X, Z, jitter=1e-8, block_size=None):
+        """The posterior for a scikit-learn ``kernel``, training inputs ``X``
+        and inducing inputs ``Z``, ``K_nm`` computed and whitened block by
+        block (never held whole: only ``U`` is kept).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn.gaussian_process.kernels import RBF
+        >>> X, Z = np.linspace(0, 1, 5)[:, None], np.array([[0.2], [0.7]])
+        >>> a = FITCPosterior.from_kernel(RBF(0.5), X, Z, block_size=2)
+        >>> b = FITCPosterior(RBF(0.5)(Z), RBF(0.5)(X, Z), np.ones(5))
+        >>> bool(np.allclose(a.U, b.U) and np.allclose(a.d, b.d))
+        True
+        """
+        chol_mm, jitter_used = inducing_cholesky(kernel(Z), jitter)
+        n, m = len(X), len(Z)
+        U = np.empty((n, m))
+        d = np.empty(n)
+        for block in _blocks(n, _block_size(block_size, m)):
+            U[block], d[block] = whiten_block(
+                kernel(X[block], Z), kernel.diag(X[block]), chol_mm
+            )
+        return cls.from_whitened(chol_mm, U, d, block_size, jitter_used)
+
+    @classmethod
     def from_whitened(cls, chol_mm, U, d, block_size=None, jitter_used=0.0):
         """The posterior from :func:`whiten_block`'s outputs (no copy)."""
         posterior = cls.__new__(cls)
@@ -633,6 +660,66 @@ def fitc_evidence_gradient(solution, K_mm_gradient, K_nm_gradient, K_nn_diag_gra
         + G_nm.reshape(1, n * m) @ np.asarray(K_nm_gradient).reshape(n * m, -1)
         + g_nn @ np.asarray(K_nn_diag_gradient).reshape(n, -1)
     )[0]
+
+
+def fitc_kernel_gradient(adjoints, kernel, X, Z, block_size=None):
+    """Gradient of the FITC-EP log evidence in ``kernel.theta``, block by block.
+
+    scikit-learn kernels give hyperparameter derivatives of ``k(A, A)`` only;
+    the derivatives of ``K_bm``, ``K_mm`` and the block's prior variances are
+    read off the stacked inputs ``[X_b; Z]`` (an ``(b + m)^2 x n_params``
+    array a block), so no ``(n, m, n_params)`` array is formed.
+
+    Parameters
+    ----------
+    adjoints : tuple
+        ``(G_mm, G_nm, g_nn)`` from :func:`fitc_evidence_adjoints`.
+    kernel : scikit-learn kernel
+    X : ndarray of shape (n, n_features)
+    Z : ndarray of shape (m, n_features)
+    block_size : int or None, default=None
+        Rows a block (None: ``m``, so a block's stacked gradient costs
+        about four ``m x m x n_params`` arrays).
+
+    Returns
+    -------
+    ndarray of shape (n_params,)
+
+    Examples
+    --------
+    The log amplitude of ``ConstantKernel(c) * RBF`` scales every
+    covariance (its derivative is the kernel itself):
+
+    >>> import numpy as np
+    >>> from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+    >>> from sklearn_meanfield.tap._core import expectation_propagation
+    >>> from sklearn_meanfield.tap._likelihoods import make_likelihood
+    >>> X = np.linspace(-2, 2, 9)[:, None]
+    >>> Z = np.array([[-1.0], [0.0], [1.2]])
+    >>> kernel = ConstantKernel(1.5) * RBF(1.0, "fixed")
+    >>> t = np.where(np.sin(2 * X[:, 0]) > 0, 1.0, -1.0)
+    >>> solution = expectation_propagation(
+    ...     FITCPosterior.from_kernel(kernel, X, Z), t,
+    ...     make_likelihood("probit", 0.0), tol=1e-12)
+    >>> adjoints = fitc_evidence_adjoints(solution)
+    >>> by_blocks = fitc_kernel_gradient(adjoints, kernel, X, Z, block_size=2)
+    >>> G_mm, G_nm, g_nn = adjoints
+    >>> direct = (np.sum(G_mm * kernel(Z)) + np.sum(G_nm * kernel(X, Z))
+    ...           + g_nn @ kernel.diag(X))
+    >>> bool(np.allclose(by_blocks, [direct]))
+    True
+    """
+    G_mm, G_nm, g_nn = adjoints
+    m = len(Z)
+    gradient = np.zeros(kernel.n_dims)
+    for number, block in enumerate(_blocks(len(X), block_size or m)):
+        b = block.stop - block.start
+        _, dK = kernel(np.vstack([X[block], Z]), eval_gradient=True)
+        gradient += np.einsum("ij,ijk->k", G_nm[block], dK[:b, b:])
+        gradient += g_nn[block] @ dK[np.arange(b), np.arange(b)]
+        if number == 0:
+            gradient += np.einsum("ij,ijk->k", G_mm, dK[b:, b:])
+    return gradient
 
 
 def fitc_inducing_gradient(adjoints, K_nm_dZ, K_mm_dZ):
