@@ -13,8 +13,9 @@ estimators themselves run:
 * Binary restricted Boltzmann machines: the log partition function
   (:func:`rbm_log_partition`), free energy (:func:`rbm_free_energy`) and
   log-likelihood (:func:`rbm_log_likelihood`),
-  exact by enumeration for small models or by the Bethe approximation
-  (:func:`rbm_bethe_solve`, Huang and Toyoizumi 2015), and the model's moments
+  exact by enumeration for small models, by the Bethe approximation
+  (:func:`rbm_bethe_solve`, Huang and Toyoizumi 2015) or by annealed
+  importance sampling (Salakhutdinov and Murray 2008), and the model's moments
   (:func:`rbm_exact_moments`, :func:`rbm_gibbs_moments`).  They accept a fitted
   :class:`~sklearn_meanfield.BetheRBM`, a fitted
   :class:`sklearn.neural_network.BernoulliRBM` (same parametrisation:
@@ -34,6 +35,10 @@ Computing, 27, 1413-1432.
 
 Huang, H. and Toyoizumi, T. (2015). Advanced mean field theory of the
 restricted Boltzmann machine. Physical Review E, 91, 050101(R).
+
+Salakhutdinov, R. and Murray, I. (2008). On the quantitative analysis of deep
+belief networks. Proceedings of the 25th International Conference on Machine
+Learning, 872-879.
 """
 
 import warnings
@@ -49,6 +54,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._loo import PSISLOOResult, psis_smooth
 from ._loo import psis_loo as _psis_loo
+from .bethe._ais import ais_log_partition, base_rate_visible_bias
 from .bethe._exact import MAX_ENUMERATED_UNITS as _MAX_ENUMERATED_UNITS
 from .bethe._exact import (
     exact_log_likelihood,
@@ -630,16 +636,39 @@ def rbm_bethe_solve(
     )
 
 
-def _log_partition(params, method, bethe_form):
+_LOG_PARTITION_METHODS = ("exact", "bethe", "ais")
+
+
+def _log_partition(params, method, bethe_form, ais):
+    """``log Z`` by ``method``; ``ais`` holds the public AIS keywords."""
     if method == "exact":
         _check_enumerable(params[0])
         return exact_log_partition(*params)
     if method == "bethe":
         return rbm_bethe_solve(params, bethe_form=bethe_form).log_z
-    raise ValueError(f"method must be 'exact' or 'bethe', got {method!r}.")
+    if method == "ais":
+        ais = dict(ais)
+        base_rates = ais.pop("base_rates")
+        base = None
+        if base_rates is not None:
+            base = base_rate_visible_bias(
+                _check_visible(base_rates, params[0].shape[1])
+            )
+        return ais_log_partition(*params, base_visible_bias=base, **ais).log_z
+    raise ValueError(f"method must be one of {_LOG_PARTITION_METHODS}, got {method!r}.")
 
 
-def rbm_log_partition(rbm, method="exact", *, bethe_form="bipartite"):
+def rbm_log_partition(
+    rbm,
+    method="exact",
+    *,
+    bethe_form="bipartite",
+    base_rates=None,
+    n_chains=100,
+    n_temperatures=10000,
+    random_state=None,
+    n_jobs=None,
+):
     """Log partition function ``log Z`` of a binary RBM.
 
     ``Z = sum_{v, h} exp(-E(v, h))`` with ``E(v, h) = -b.v - c.h - h.W.v``
@@ -653,19 +682,40 @@ def rbm_log_partition(rbm, method="exact", *, bethe_form="bipartite"):
         ``components_``, ``intercept_visible_`` and ``intercept_hidden_``), or
         ``(components, intercept_visible, intercept_hidden)`` of shapes
         ``(n_hidden, n_visible)``, ``(n_visible,)``, ``(n_hidden,)``.
-    method : {"exact", "bethe"}, default="exact"
+    method : {"exact", "bethe", "ais"}, default="exact"
         ``"exact"``: enumeration of the ``2**n`` states of the smaller layer,
         the other summed in closed form; refused (ValueError) when the smaller
         layer has more than :data:`MAX_ENUMERATED_UNITS` units, and slow from
         about 20.  ``"bethe"``: the Bethe estimate of :func:`rbm_bethe_solve`
-        with its default settings.
+        with its default settings (deterministic, fast, exact on trees and
+        without couplings; check its ``stability``).  ``"ais"``: annealed
+        importance sampling (Salakhutdinov and Murray 2008), a stochastic
+        estimate for any size whose exponential is unbiased for ``Z`` (so
+        ``log Z`` is biased low, by about half its variance).
     bethe_form : {"bipartite", "gaussian"}, default="bipartite"
         Form of message passing for ``method="bethe"`` (ignored otherwise).
+    base_rates : {array-like, sparse matrix} of shape (n_samples, n_visible), \
+            default=None
+        ``method="ais"`` only: data (typically the training set) whose
+        visible means define the independent-unit model the annealing starts
+        from, Salakhutdinov and Murray's choice; the closer it is to the RBM,
+        the smaller the variance.  None starts from uniform visible units.
+    n_chains : int, default=100
+        ``method="ais"`` only: independent annealing runs.
+    n_temperatures : int or array-like, default=10000
+        ``method="ais"`` only: annealing steps (spaced as Salakhutdinov and
+        Murray's schedule), or the inverse temperatures themselves
+        (non-decreasing from 0 to 1).
+    random_state : int, RandomState instance or None, default=None
+        ``method="ais"`` only: source of the chains' seeds.
+    n_jobs : int or None, default=None
+        ``method="ais"`` only: joblib workers running the chains; the result
+        is the same for every value.
 
     Returns
     -------
     log_z : float
-        ``log Z`` in nats (exact or the Bethe estimate).
+        ``log Z`` in nats (exact, or the Bethe or AIS estimate).
 
     Raises
     ------
@@ -682,6 +732,10 @@ def rbm_log_partition(rbm, method="exact", *, bethe_form="bipartite"):
     Huang, H. and Toyoizumi, T. (2015). Advanced mean field theory of the
     restricted Boltzmann machine. Physical Review E, 91, 050101(R).
 
+    Salakhutdinov, R. and Murray, I. (2008). On the quantitative analysis of
+    deep belief networks. Proceedings of the 25th International Conference
+    on Machine Learning, 872-879.
+
     Examples
     --------
     Without couplings the units are independent and ``log Z`` is a sum of
@@ -695,8 +749,24 @@ def rbm_log_partition(rbm, method="exact", *, bethe_form="bipartite"):
     True
     >>> bool(np.isclose(rbm_log_partition((W, b, c), method="bethe"), independent))
     True
+
+    With couplings, AIS (1000 temperatures) against enumeration:
+
+    >>> rng = np.random.RandomState(0)
+    >>> params = rng.normal(size=(4, 6)), rng.normal(size=6), rng.normal(size=4)
+    >>> ais = rbm_log_partition(params, method="ais", n_temperatures=1000,
+    ...                         random_state=0)
+    >>> bool(abs(ais - rbm_log_partition(params)) < 0.05)
+    True
     """
-    return float(_log_partition(_rbm_parameters(rbm), method, bethe_form))
+    ais = dict(
+        base_rates=base_rates,
+        n_chains=n_chains,
+        n_temperatures=n_temperatures,
+        random_state=random_state,
+        n_jobs=n_jobs,
+    )
+    return float(_log_partition(_rbm_parameters(rbm), method, bethe_form, ais))
 
 
 def _check_visible(X, n_visible):
@@ -761,12 +831,24 @@ def rbm_free_energy(rbm, X):
     return free_energy(_check_visible(X, params[0].shape[1]), *params)
 
 
-def rbm_log_likelihood(rbm, X, method="exact", *, bethe_form="bipartite"):
+def rbm_log_likelihood(
+    rbm,
+    X,
+    method="exact",
+    *,
+    bethe_form="bipartite",
+    base_rates=None,
+    n_chains=100,
+    n_temperatures=10000,
+    random_state=None,
+    n_jobs=None,
+):
     """Log-likelihood ``log p(v) = -F(v) - log Z`` of each row of ``X``.
 
     ``F(v) = -b.v - sum_a log(1 + exp(c_a + W_a.v))`` is the free energy
-    (exact, as BernoulliRBM's); ``log Z`` is exact or the Bethe estimate
-    (:func:`rbm_log_partition`), computed once for all rows.  Unlike
+    (exact, as BernoulliRBM's); ``log Z`` is exact or the Bethe or AIS
+    estimate (:func:`rbm_log_partition`), computed once for all rows, so its
+    error is the same for every row.  Unlike
     BernoulliRBM's ``score_samples`` (a random pseudo-likelihood), this is
     the likelihood itself; with ``method="bethe"`` it equals
     :meth:`BetheRBM.score_samples <sklearn_meanfield.BetheRBM.score_samples>`
@@ -781,10 +863,22 @@ def rbm_log_likelihood(rbm, X, method="exact", *, bethe_form="bipartite"):
         ``(components, intercept_visible, intercept_hidden)``.
     X : {array-like, sparse matrix} of shape (n_samples, n_visible)
         Visible states, values in [0, 1].
-    method : {"exact", "bethe"}, default="exact"
+    method : {"exact", "bethe", "ais"}, default="exact"
         How ``log Z`` is computed, see :func:`rbm_log_partition`.
     bethe_form : {"bipartite", "gaussian"}, default="bipartite"
         Form of message passing for ``method="bethe"`` (ignored otherwise).
+    base_rates : {array-like, sparse matrix} of shape (n_samples, n_visible), \
+            default=None
+        ``method="ais"`` only: data whose visible means define the base
+        model, e.g. the training set (see :func:`rbm_log_partition`).
+    n_chains : int, default=100
+        ``method="ais"`` only: independent annealing runs.
+    n_temperatures : int or array-like, default=10000
+        ``method="ais"`` only: annealing steps or inverse temperatures.
+    random_state : int, RandomState instance or None, default=None
+        ``method="ais"`` only: source of the chains' seeds.
+    n_jobs : int or None, default=None
+        ``method="ais"`` only: joblib workers running the chains.
 
     Returns
     -------
@@ -799,6 +893,10 @@ def rbm_log_likelihood(rbm, X, method="exact", *, bethe_form="bipartite"):
     ----------
     Huang, H. and Toyoizumi, T. (2015). Advanced mean field theory of the
     restricted Boltzmann machine. Physical Review E, 91, 050101(R).
+
+    Salakhutdinov, R. and Murray, I. (2008). On the quantitative analysis of
+    deep belief networks. Proceedings of the 25th International Conference
+    on Machine Learning, 872-879.
 
     Examples
     --------
@@ -818,7 +916,14 @@ def rbm_log_likelihood(rbm, X, method="exact", *, bethe_form="bipartite"):
     if method == "exact":
         _check_enumerable(params[0])
         return exact_log_likelihood(X, *params)
-    return -free_energy(X, *params) - _log_partition(params, method, bethe_form)
+    ais = dict(
+        base_rates=base_rates,
+        n_chains=n_chains,
+        n_temperatures=n_temperatures,
+        random_state=random_state,
+        n_jobs=n_jobs,
+    )
+    return -free_energy(X, *params) - _log_partition(params, method, bethe_form, ais)
 
 
 def rbm_exact_moments(rbm):
