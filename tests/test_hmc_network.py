@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from sklearn_meanfield.hmc._chains import ChainRandom, run_chains
+from sklearn_meanfield.hmc._chains import ChainRandom, ChainSettings, run_chains
 from sklearn_meanfield.hmc._network import (
     HyperPrior,
     NetworkLayout,
@@ -15,6 +15,7 @@ from sklearn_meanfield.hmc._network import (
     step_scales,
 )
 from sklearn_meanfield.hmc._rescaling import rescale_groups, rescale_units
+from sklearn_meanfield.hmc._transition import NetworkPosterior
 
 
 def _problem(ard=True, n_outputs=2, n_chains=3, seed=0):
@@ -163,34 +164,26 @@ def test_chains_without_data_sample_the_hierarchical_prior():
     # Student-t marginals of the weights, E[z^2] = E[1/tau] = rate / (shape - 1).
     from scipy.special import digamma
 
-    from sklearn_meanfield.hmc._chains import run_chains
-
     layout = NetworkLayout(2, 3, 1, ard=True)
     # Less vague than the default so that the funnel mixes in a short test.
     prior = HyperPrior(a_weights=12.0, a_noise=12.0, w_input_per_feature=1.0)
     out = run_chains(
-        np.zeros((0, 2)),
-        np.zeros((0, 1)),
-        layout,
-        prior,
+        NetworkPosterior(np.zeros((0, 2)), np.zeros((0, 1)), layout, prior),
         seeds=range(6),
-        n_samples=1000,
-        n_warmup=100,
-        n_leapfrog=10,
-        step_size=0.3,
-        persistence=0.0,
-        target_accept=0.8,
+        settings=ChainSettings(
+            n_samples=1000, n_warmup=100, n_leapfrog=10, step_size=0.3
+        ),
     )
     shape = 0.5 * prior.a_weights
     rate = shape / prior.group_means(layout)
-    log_tau = np.log(out["group_precision"]).mean(axis=(0, 1))
+    log_tau = np.log(out.group_precision).mean(axis=(0, 1))
     np.testing.assert_allclose(log_tau, digamma(shape) - np.log(rate), atol=0.05)
     index = layout.group_index()
-    second = (out["theta"] ** 2).mean(axis=(0, 1))
+    second = (out.theta**2).mean(axis=(0, 1))
     for g in range(layout.n_groups):
         expected = rate[g] / (shape - 1)
         np.testing.assert_allclose(second[index == g].mean(), expected, rtol=0.1)
-    noise = out["noise_precision"].mean()
+    noise = out.noise_precision.mean()
     assert noise == pytest.approx(prior.w_noise, rel=0.05)
 
 
@@ -384,18 +377,10 @@ def test_weighted_chains_follow_the_repeated_rows_chains():
     # run (rounding differences grow along longer chains).
     layout, X, Y, *_ = _problem(n_outputs=1)
     Xr, Yr = _repeated(X, Y)
-    settings = dict(
-        n_samples=6,
-        n_warmup=6,
-        n_leapfrog=5,
-        step_size=0.1,
-        persistence=0.0,
-        target_accept=0.8,
-    )
-    a = run_chains(
-        X, Y, layout, HyperPrior(), [3, 4], sample_weight=WEIGHTS * 1.0, **settings
-    )
-    b = run_chains(Xr, Yr, layout, HyperPrior(), [3, 4], **settings)
-    np.testing.assert_allclose(a["theta"], b["theta"], rtol=1e-6, atol=1e-8)
-    np.testing.assert_allclose(a["noise_precision"], b["noise_precision"], rtol=1e-6)
-    np.testing.assert_array_equal(a["accepted"], b["accepted"])
+    settings = ChainSettings(n_samples=6, n_warmup=6, n_leapfrog=5, step_size=0.1)
+    weighted = NetworkPosterior(X, Y, layout, HyperPrior(), WEIGHTS * 1.0)
+    a = run_chains(weighted, [3, 4], settings)
+    b = run_chains(NetworkPosterior(Xr, Yr, layout, HyperPrior()), [3, 4], settings)
+    np.testing.assert_allclose(a.theta, b.theta, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(a.noise_precision, b.noise_precision, rtol=1e-6)
+    np.testing.assert_array_equal(a.accepted, b.accepted)

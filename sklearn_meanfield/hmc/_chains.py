@@ -1,27 +1,36 @@
-"""A batch of HMC chains on the network posterior, with Gibbs hyperparameter steps.
+"""The driver of the network sampler: warm-up and sampling of a batch of chains.
 
-:func:`run_chains` is the unit of parallel work: a pure module-level function
-that advances several chains together as one array (the Python overhead of a
-leapfrog step is then shared) and returns their draws.  Every chain owns its
-random generator, seeded up front, so a chain's draws do not depend on which
-other chains share its batch, hence not on ``n_jobs``.
+:func:`run_chains` advances several chains together as one array (the Python
+overhead of a leapfrog step is then shared) through
+:func:`~sklearn_meanfield.hmc._transition.transition`: warm-up with
+adaptation (:class:`~sklearn_meanfield.hmc._transition.WarmupAdaptation`),
+then sampling, recording the draws, and an optional ``on_iteration`` callable
+that may ask to stop.  :func:`sample_chains` splits the chains into batches,
+runs them in parallel and joins their draws.  Every chain owns its random
+generator, seeded up front, so a chain's draws do not depend on which other
+chains share its batch, hence not on ``n_jobs``.  :class:`ChainProgress` is
+the ``on_iteration`` of a fit: progress lines and scikit-learn callback steps.
 """
 
+from dataclasses import dataclass
+from typing import NamedTuple
+
 import numpy as np
+from joblib import effective_n_jobs
 
-from .._progress import CallbackTask, ProgressReporter
-from ._network import (
-    augment,
-    forward,
-    gibbs_precisions,
-    log_posterior_and_grad,
-    prior_precision_vector,
-    step_scales,
-)
-from ._rescaling import rescale_groups, rescale_units
-from ._sampler import DualAveraging, hmc_step
+from .._parallel import run_parallel
+from .._progress import ProgressReporter
+from ._transition import WarmupAdaptation, transition
 
-__all__ = ["ChainRandom", "iteration_blocks", "run_chains"]
+__all__ = [
+    "ChainDraws",
+    "ChainProgress",
+    "ChainRandom",
+    "ChainSettings",
+    "iteration_blocks",
+    "run_chains",
+    "sample_chains",
+]
 
 # Draws a chain keeps at least when a callback stops it early: split R-hat
 # needs two halves of two draws.
@@ -92,305 +101,392 @@ class ChainRandom:
         )
 
 
-def run_chains(
-    X,
-    Y,
-    layout,
-    prior,
-    seeds,
-    *,
-    n_samples,
-    n_warmup,
-    n_leapfrog,
-    step_size,
-    persistence,
-    target_accept,
-    chain_ids=None,
-    verbose=0,
-    tasks=None,
-    sample_weight=None,
-):
-    """Run a batch of chains: warm-up with adaptation, then sampling.
-
-    Warm-up follows Neal's practice: the hyperparameters stay at their prior
-    means (the noise at a low level) for the first fifth of it while the
-    weights find the data, then Gibbs steps for the precisions alternate with
-    HMC trajectories for the weights.  Each Gibbs step is followed by a joint
-    rescaling move of every weight group and its precision
-    (:func:`~sklearn_meanfield.hmc._rescaling.rescale_groups`): Gibbs alone moves
-    the log precision of a group in steps of about ``sqrt(2 / group size)``,
-    a slow random walk whenever the prior rather than the data holds the
-    group; the rescaling, whose proposal sd per group is adapted during
-    warm-up and then frozen, moves it in one step.  A global step-size
-    multiplier per chain is adapted by dual averaging during warm-up and frozen
-    afterwards; the per-weight step sizes follow the hyperparameters
-    (``step_scales``).
+@dataclass(frozen=True)
+class ChainSettings:
+    """How long and with which trajectories the chains run.
 
     Parameters
     ----------
-    X : ndarray of shape (n_samples, n_features)
-    Y : ndarray of shape (n_samples, n_outputs)
-        Standardised training data.
-    layout : NetworkLayout
-    prior : HyperPrior
-    seeds : sequence of int
-        One seed per chain.
-    n_samples, n_warmup, n_leapfrog : int
+    n_samples : int
+        Draws kept per chain after warm-up.
+    n_warmup : int
+        Warm-up iterations: the precisions are held at their prior means for
+        the first fifth of them; the step size and the rescaling moves adapt
+        throughout.
+    n_leapfrog : int
+        Leapfrog steps per trajectory.
     step_size : float
         Initial step-size multiplier.
-    persistence : float in [0, 1)
-    target_accept : float
-    chain_ids : sequence of int or None
-        Used in progress messages.
-    verbose : int
-    tasks : sequence of CallbackTask or None, default=None
-        scikit-learn callback task of each chain
-        (:class:`~sklearn_meanfield._progress.CallbackTask`): its hooks run
-        around the chain, and every block of iterations
-        (:func:`iteration_blocks`) is one of its steps.  When a step's
-        callback asks to stop, the batch stops at the end of the first block
-        of the sampling phase that leaves every chain ``MIN_DRAWS`` draws or
-        more; the draws kept so far are returned.  A request during warm-up
-        ends the batch at once: the last ``MIN_DRAWS`` warm-up states become
-        the draws (the warm-up continues only until it has made that many),
-        and ``stopped_in_warmup`` says so.
-    sample_weight : ndarray of shape (n_samples,) or None, default=None
-        Weight of every row's log likelihood (an integer weight counts the row
-        that many times): in the potential energy and its gradient, the Gibbs
-        step of the noise precisions, the rescaling moves and the step sizes.
+    persistence : float in [0, 1), default=0.0
+        Momentum persistence of the partial refresh.
+    target_accept : float, default=0.8
+        Acceptance the step size is adapted to.
+    """
+
+    n_samples: int
+    n_warmup: int
+    n_leapfrog: int
+    step_size: float
+    persistence: float = 0.0
+    target_accept: float = 0.8
+
+    @property
+    def n_fixed(self):
+        """Early warm-up iterations with the precisions held fixed."""
+        return self.n_warmup // 5
+
+
+class ChainDraws(NamedTuple):
+    """The draws of a batch of chains, draw axis first, chains second."""
+
+    theta: np.ndarray
+    """Weights, (n_kept, n_chains, n_params)."""
+    noise_precision: np.ndarray
+    """(n_kept, n_chains, n_outputs)."""
+    group_precision: np.ndarray
+    """(n_kept, n_chains, n_groups)."""
+    train_outputs: np.ndarray
+    """Network outputs at the training inputs, (n_kept, n_chains, n_train,
+    n_outputs)."""
+    accepted: np.ndarray
+    """Whether each draw's trajectory was accepted, (n_kept, n_chains)."""
+    divergent: np.ndarray
+    """Whether it diverged, (n_kept, n_chains)."""
+    accept_rate: np.ndarray
+    """Fraction of the kept draws' trajectories accepted, (n_chains,)."""
+    n_divergent: np.ndarray
+    """Divergent trajectories among the kept draws, (n_chains,)."""
+    step_size: np.ndarray
+    """The (adapted) step-size multiplier, (n_chains,)."""
+    stopped_in_warmup: bool
+    """A stop request during warm-up made the last warm-up states the draws."""
+
+
+class _Trace(NamedTuple):
+    """Preallocated per-draw arrays, draw axis first."""
+
+    theta: np.ndarray
+    noise_precision: np.ndarray
+    group_precision: np.ndarray
+    accepted: np.ndarray
+    divergent: np.ndarray
+
+    @classmethod
+    def empty(cls, n_draws, n_chains, layout):
+        return cls(
+            np.empty((n_draws, n_chains, layout.n_params)),
+            np.empty((n_draws, n_chains, layout.n_outputs)),
+            np.empty((n_draws, n_chains, layout.n_groups)),
+            np.zeros((n_draws, n_chains), dtype=bool),
+            np.zeros((n_draws, n_chains), dtype=bool),
+        )
+
+    def store(self, row, state, info):
+        self.theta[row] = state.theta
+        self.noise_precision[row] = state.noise_precision
+        self.group_precision[row] = state.group_precision
+        self.accepted[row] = info.accepted
+        self.divergent[row] = info.divergent
+
+    def rows(self, index):
+        return _Trace(*(values[index] for values in self))
+
+
+class _DrawRecorder:
+    """Records the sampling draws, and the last ``MIN_DRAWS`` warm-up states
+    (row ``iteration % MIN_DRAWS``): the draws of a batch stopped in warm-up."""
+
+    def __init__(self, posterior, n_chains, settings):
+        self.posterior = posterior
+        self.n_warmup = settings.n_warmup
+        layout = posterior.layout
+        self.draws = _Trace.empty(settings.n_samples, n_chains, layout)
+        self.recent = _Trace.empty(MIN_DRAWS, n_chains, layout)
+        self.train_outputs = np.empty(
+            (settings.n_samples, n_chains, posterior.X.shape[0], layout.n_outputs)
+        )
+
+    def record(self, iteration, state, info):
+        if iteration < self.n_warmup:
+            self.recent.store(iteration % MIN_DRAWS, state, info)
+            return
+        draw = iteration - self.n_warmup
+        self.draws.store(draw, state, info)
+        self.train_outputs[draw] = self.posterior.train_outputs(state.theta)
+
+    def result(self, n_iterations, step_size):
+        """The draws after ``n_iterations`` iterations."""
+        stopped_in_warmup = n_iterations <= self.n_warmup
+        if stopped_in_warmup:
+            # The last MIN_DRAWS warm-up states, oldest first.
+            order = np.arange(n_iterations - MIN_DRAWS, n_iterations) % MIN_DRAWS
+            trace = self.recent.rows(order)
+            outputs = np.stack([self.posterior.train_outputs(t) for t in trace.theta])
+        else:
+            n_kept = n_iterations - self.n_warmup
+            trace = self.draws.rows(slice(None, n_kept))
+            outputs = self.train_outputs[:n_kept]
+        n_kept = len(trace.theta)
+        return ChainDraws(
+            *trace[:3],
+            train_outputs=outputs,
+            accepted=trace.accepted,
+            divergent=trace.divergent,
+            accept_rate=trace.accepted.sum(axis=0) / max(n_kept, 1),
+            n_divergent=trace.divergent.sum(axis=0),
+            step_size=step_size,
+            stopped_in_warmup=stopped_in_warmup,
+        )
+
+
+def _stop_now(iteration, settings):
+    """Whether a pending stop request ends the batch after ``iteration``.
+
+    During warm-up as soon as ``MIN_DRAWS`` states exist; while sampling at
+    the end of a block of iterations (:func:`iteration_blocks`) that leaves
+    ``MIN_DRAWS`` draws or more, and fewer than asked for.
+    """
+    if iteration < settings.n_warmup:
+        return iteration + 1 >= MIN_DRAWS
+    block_size, _ = iteration_blocks(settings.n_warmup, settings.n_samples)
+    n_done, n_drawn = iteration + 1, iteration + 1 - settings.n_warmup
+    at_block_end = n_done % block_size == 0 or n_drawn == settings.n_samples
+    return at_block_end and MIN_DRAWS <= n_drawn < settings.n_samples
+
+
+def run_chains(posterior, seeds, settings, on_iteration=None):
+    """Run a batch of chains: warm-up with adaptation, then sampling.
+
+    Warm-up follows Neal's practice: the precisions stay at their prior means
+    (the noise at a low level) for the first fifth of it while the weights
+    find the data; then every iteration is a Gibbs step of the precisions, the
+    rescaling moves and an HMC trajectory
+    (:func:`~sklearn_meanfield.hmc._transition.transition`).  The step size
+    and the rescaling moves adapt during warm-up and are frozen afterwards.
+
+    Parameters
+    ----------
+    posterior : NetworkPosterior
+    seeds : sequence of int
+        One seed per chain.
+    settings : ChainSettings
+    on_iteration : callable or None, default=None
+        ``on_iteration(iteration, state, info)`` after every iteration, with
+        the :class:`~sklearn_meanfield.hmc._transition.ChainState` and
+        :class:`~sklearn_meanfield.hmc._transition.ChainInfo`; a true return
+        value asks to stop.  A request during warm-up ends the batch at once
+        (once ``MIN_DRAWS`` states exist): the last ``MIN_DRAWS`` warm-up
+        states become the draws and ``stopped_in_warmup`` says so.  A request
+        while sampling ends it at the end of the first block of iterations
+        (:func:`iteration_blocks`) that leaves every chain ``MIN_DRAWS``
+        draws or more.
 
     Returns
     -------
-    result : dict
-        ``theta`` (n_kept, n_chains, n_params), ``noise_precision``
-        (n_kept, n_chains, n_outputs), ``group_precision`` (n_kept,
-        n_chains, n_groups), ``train_outputs`` (n_kept, n_chains, n_train,
-        n_outputs), ``accepted`` and ``divergent`` (n_kept, n_chains, bool,
-        per draw), ``accept_rate``, ``step_size``, ``n_divergent``
-        (n_chains,), acceptance and divergences counted after warm-up.
-        ``n_kept`` is ``n_samples`` unless a callback stopped the chains;
-        ``stopped_in_warmup`` (bool) when it stopped them during warm-up.
+    draws : ChainDraws
+        ``n_kept`` is ``n_samples`` unless a stop was asked for.
 
     Examples
     --------
     >>> import numpy as np
-    >>> from sklearn_meanfield.hmc._chains import run_chains
+    >>> from sklearn_meanfield.hmc._chains import ChainSettings, run_chains
     >>> from sklearn_meanfield.hmc._network import HyperPrior, NetworkLayout
+    >>> from sklearn_meanfield.hmc._transition import NetworkPosterior
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(30, 1))
     >>> Y = np.tanh(X) + 0.1 * rng.normal(size=(30, 1))
-    >>> out = run_chains((X - X.mean()) / X.std(), (Y - Y.mean()) / Y.std(),
-    ...     NetworkLayout(1, 3, 1), HyperPrior(), seeds=[0, 1], n_samples=40,
-    ...     n_warmup=40, n_leapfrog=10, step_size=0.2, persistence=0.0,
-    ...     target_accept=0.8)
-    >>> out["theta"].shape, out["train_outputs"].shape
+    >>> posterior = NetworkPosterior((X - X.mean()) / X.std(),
+    ...     (Y - Y.mean()) / Y.std(), NetworkLayout(1, 3, 1), HyperPrior())
+    >>> settings = ChainSettings(n_samples=40, n_warmup=40, n_leapfrog=10,
+    ...                          step_size=0.2)
+    >>> out = run_chains(posterior, [0, 1], settings)
+    >>> out.theta.shape, out.train_outputs.shape
     ((40, 2, 10), (40, 2, 30, 1))
-    >>> bool(np.all(out["accept_rate"] > 0.5))
+    >>> bool(np.all(out.accept_rate > 0.5))
     True
     """
-    rng = ChainRandom(seeds)
-    n_chains = len(seeds)
-    tasks = [CallbackTask() for _ in range(n_chains)] if tasks is None else tasks
-    for task in tasks:
-        task.begin()
-    chain_ids = (
-        list(range(n_chains)) if chain_ids is None else [int(i) for i in chain_ids]
+    random_state = ChainRandom(seeds)
+    n_chains = len(random_state.generators)
+    state = posterior.initial_state(random_state, n_chains)
+    adaptation = WarmupAdaptation(
+        posterior.layout,
+        n_chains,
+        step_size=settings.step_size,
+        target_accept=settings.target_accept,
     )
-    reporter = ProgressReporter(verbose, f"HMCNetworkRegressor chains {chain_ids}")
-    n_train = X.shape[0]
-    if sample_weight is None:
-        # Summed squares of what feeds each weight, for the step sizes.
-        X_sq_sum, n_weighted = np.sum(X**2, axis=0), n_train
-    else:
-        X_sq_sum, n_weighted = sample_weight @ X**2, float(np.sum(sample_weight))
-    X_aug_t = augment(X)
-
-    group_precision = np.tile(prior.group_means(layout), (n_chains, 1))
-    # Start with little noise so the weights are pulled towards the data first.
-    noise_precision = np.full((n_chains, layout.n_outputs), 100.0)
-    theta = rng.standard_normal((n_chains, layout.n_params)) / np.sqrt(
-        prior_precision_vector(group_precision, layout)
-    )
-
-    def make_target(noise, groups):
-        precision = prior_precision_vector(groups, layout)
-
-        def target(q):
-            return log_posterior_and_grad(
-                q,
-                X,
-                Y,
-                noise,
-                precision,
-                layout,
-                X_augmented_T=X_aug_t,
-                sample_weight=sample_weight,
-            )
-
-        return target
-
-    target = make_target(noise_precision, group_precision)
-    scales = step_scales(group_precision, noise_precision, X_sq_sum, n_weighted, layout)
-    log_prob, grad = target(theta)
-    log_eta = np.full(n_chains, np.log(step_size))
-    adapter = DualAveraging(log_eta, target=target_accept)
-    n_fixed = n_warmup // 5
-    momentum = None
-    # Log proposal sd of the group rescaling moves, adapted towards an
-    # acceptance of 0.44 (the optimum of a one-dimensional random-walk
-    # Metropolis) while the hyperparameters move during warm-up, then frozen.
-    log_rescale_sd = np.full((n_chains, layout.n_groups), np.log(0.5))
-    log_unit_sd = np.full((n_chains, layout.n_hidden), np.log(0.3))
-
-    P, m, G = layout.n_params, layout.n_outputs, layout.n_groups
-    out = {
-        "theta": np.empty((n_samples, n_chains, P)),
-        "noise_precision": np.empty((n_samples, n_chains, m)),
-        "group_precision": np.empty((n_samples, n_chains, G)),
-        "train_outputs": np.empty((n_samples, n_chains, n_train, m)),
-        "accepted": np.zeros((n_samples, n_chains), dtype=bool),
-        "divergent": np.zeros((n_samples, n_chains), dtype=bool),
-    }
-    accepted = np.zeros(n_chains)
-    recent = np.zeros(n_chains)
-    n_divergent = np.zeros(n_chains, dtype=int)
-    total = n_warmup + n_samples
-    report_every, _ = iteration_blocks(n_warmup, n_samples)
-    n_kept = n_samples
-    stop = stopped_in_warmup = False
-    # The last MIN_DRAWS warm-up states, the draws of a chain stopped during
-    # warm-up; row ``iteration % MIN_DRAWS`` holds that iteration's state.
-    recent_states = {
-        "theta": np.empty((MIN_DRAWS, n_chains, P)),
-        "noise_precision": np.empty((MIN_DRAWS, n_chains, m)),
-        "group_precision": np.empty((MIN_DRAWS, n_chains, G)),
-        "accepted": np.zeros((MIN_DRAWS, n_chains), dtype=bool),
-        "divergent": np.zeros((MIN_DRAWS, n_chains), dtype=bool),
-    }
-    for iteration in range(total):
-        if iteration >= n_fixed:
-            outputs = forward(theta, X, layout).outputs
-            group_precision, noise_precision = gibbs_precisions(
-                theta, Y - outputs, layout, prior, rng, sample_weight
-            )
-            theta, group_precision, rescale_accept = rescale_groups(
-                theta,
-                group_precision,
-                noise_precision,
-                X_aug_t,
-                Y,
-                layout,
-                prior,
-                np.exp(log_rescale_sd),
-                rng,
-                sample_weight,
-            )
-            theta, unit_accept = rescale_units(
-                theta,
-                prior_precision_vector(group_precision, layout),
-                noise_precision,
-                X_aug_t,
-                Y,
-                layout,
-                np.exp(log_unit_sd),
-                rng,
-                sample_weight,
-            )
-            if iteration < n_warmup:
-                rate = (iteration - n_fixed + 1) ** -0.6
-                log_rescale_sd += rate * (rescale_accept - 0.44)
-                log_unit_sd += rate * (unit_accept - 0.44)
-            target = make_target(noise_precision, group_precision)
-            scales = step_scales(
-                group_precision, noise_precision, X_sq_sum, n_weighted, layout
-            )
-            log_prob, grad = target(theta)
-        jitter = rng.uniform(0.9, 1.1, size=(n_chains, 1))
-        eps = np.exp(log_eta)[:, None] * jitter * scales
-        step = hmc_step(
-            theta,
-            log_prob,
-            grad,
-            target,
-            eps,
-            n_leapfrog,
-            rng,
-            momentum=momentum,
-            persistence=persistence,
+    recorder = _DrawRecorder(posterior, n_chains, settings)
+    stop, n_warmup = False, settings.n_warmup
+    for iteration in range(n_warmup + settings.n_samples):
+        state, info = transition(
+            state,
+            posterior,
+            adaptation.tuning(),
+            random_state,
+            n_leapfrog=settings.n_leapfrog,
+            persistence=settings.persistence,
+            update_precisions=iteration >= settings.n_fixed,
         )
-        theta, log_prob, grad, momentum = (
-            step.q,
-            step.log_prob,
-            step.grad,
-            step.momentum,
-        )
-        recent += step.accept_prob
         if iteration < n_warmup:
-            log_eta = adapter.update(step.accept_prob)
+            adaptation.update(info)
             if iteration == n_warmup - 1:
-                log_eta = adapter.final()
-            row = iteration % MIN_DRAWS
-            recent_states["theta"][row] = theta
-            recent_states["noise_precision"][row] = noise_precision
-            recent_states["group_precision"][row] = group_precision
-            recent_states["accepted"][row] = step.accepted
-            recent_states["divergent"][row] = step.divergent
-            if stop and iteration + 1 >= MIN_DRAWS:
-                # A stop asked for during warm-up (and enough states made).
-                stopped_in_warmup = True
-                break
-        else:
-            s = iteration - n_warmup
-            out["theta"][s] = theta
-            out["noise_precision"][s] = noise_precision
-            out["group_precision"][s] = group_precision
-            out["train_outputs"][s] = forward(theta, X, layout).outputs
-            out["accepted"][s] = step.accepted
-            out["divergent"][s] = step.divergent
-            accepted += step.accepted
-            n_divergent += step.divergent
-        if (iteration + 1) % report_every == 0:
-            reporter(
+                adaptation.freeze()
+        recorder.record(iteration, state, info)
+        if stop and iteration < n_warmup and _stop_now(iteration, settings):
+            break  # asked for earlier in warm-up, before MIN_DRAWS states
+        if on_iteration is not None:
+            stop |= bool(on_iteration(iteration, state, info))
+        if stop and _stop_now(iteration, settings):
+            break
+    return recorder.result(iteration + 1, np.exp(adaptation.log_step_size))
+
+
+class ChainProgress:
+    """The ``on_iteration`` of a batch of chains in a fit: progress and callbacks.
+
+    After every block of iterations (:func:`iteration_blocks`) it prints a
+    line (``verbose >= 1``: mean acceptance over the block, noise sd per
+    chain) and runs one ``"iterations"`` step of every chain's callback task;
+    it asks to stop when a callback does.  Used as a context manager it runs
+    the tasks' begin hooks on entry and their end hooks on success.
+
+    Parameters
+    ----------
+    settings : ChainSettings
+    tasks : sequence of CallbackTask
+        One per chain.
+    verbose : int, default=0
+    chain_ids : sequence of int, default=()
+        Shown in the progress lines.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._chains import ChainProgress, ChainSettings
+    >>> from sklearn_meanfield.hmc._transition import ChainInfo
+    >>> progress = ChainProgress(ChainSettings(10, 10, 5, 0.1), [], verbose=1,
+    ...                          chain_ids=[0])
+    >>> class State:
+    ...     noise_precision = np.full((1, 1), 4.0)
+    >>> info = ChainInfo(None, np.full(1, 0.5), None, None, None, None)
+    >>> progress(0, State, info)  # doctest: +ELLIPSIS
+    False
+    >>> progress(1, State, info)  # doctest: +ELLIPSIS
+    [HMCNetworkRegressor chains [0]] iteration 2/20 (warm-up), mean acceptance \
+[0.5], noise sd [0.5] (...s)
+    False
+    """
+
+    def __init__(self, settings, tasks, verbose=0, chain_ids=()):
+        self.tasks = list(tasks)
+        self.n_warmup = settings.n_warmup
+        self.total = settings.n_warmup + settings.n_samples
+        self.block_size, _ = iteration_blocks(settings.n_warmup, settings.n_samples)
+        chain_ids = [int(i) for i in chain_ids]
+        self.reporter = ProgressReporter(
+            verbose, f"HMCNetworkRegressor chains {chain_ids}"
+        )
+        self.recent = 0.0  # summed acceptance probabilities of the block
+
+    def __enter__(self):
+        for task in self.tasks:
+            task.__enter__()
+        return self
+
+    def __exit__(self, *exc_info):
+        # The chains' tasks end in the order they began (not nested): they
+        # are siblings.
+        for task in self.tasks:
+            task.__exit__(*exc_info)
+        return False
+
+    def __call__(self, iteration, state, info):
+        self.recent = self.recent + info.accept_prob
+        done = iteration + 1
+        if done % self.block_size == 0:
+            self.reporter(
                 1,
                 "iteration %d/%d (%s), mean acceptance %s, noise sd %s",
-                iteration + 1,
-                total,
-                "warm-up" if iteration < n_warmup else "sampling",
-                np.array2string(recent / report_every, precision=2),
+                done,
+                self.total,
+                "warm-up" if iteration < self.n_warmup else "sampling",
+                np.array2string(self.recent / self.block_size, precision=2),
                 np.array2string(
-                    1.0 / np.sqrt(noise_precision.mean(axis=1)), precision=3
+                    1.0 / np.sqrt(state.noise_precision.mean(axis=1)), precision=3
                 ),
             )
-            recent[:] = 0.0
-        if (iteration + 1) % report_every == 0 or iteration + 1 == total:
+            self.recent = 0.0
+        if done % self.block_size == 0 or done == self.total:
             # Every chain's step runs (no short-circuit), whichever asks.
-            stop |= any([task.step("iterations") for task in tasks])
-            n_drawn = iteration + 1 - n_warmup
-            if stop and MIN_DRAWS <= n_drawn < n_samples:
-                n_kept = n_drawn
-                break
-            if stop and iteration < n_warmup and iteration + 1 >= MIN_DRAWS:
-                stopped_in_warmup = True
-                break
-    for task in tasks:
-        task.end()
-    if stopped_in_warmup:
-        # The last MIN_DRAWS warm-up states, oldest first, are the draws.
-        order = (np.arange(iteration + 1 - MIN_DRAWS, iteration + 1)) % MIN_DRAWS
-        n_kept = MIN_DRAWS
-        for key, value in recent_states.items():
-            out[key] = value[order]
-        out["train_outputs"] = np.stack(
-            [forward(t, X, layout).outputs for t in out["theta"]]
-        )
-        accepted = out["accepted"].sum(axis=0).astype(float)
-        n_divergent = out["divergent"].sum(axis=0)
-    for key in ("theta", "noise_precision", "group_precision", "train_outputs"):
-        out[key] = out[key][:n_kept]
-    out["accepted"] = out["accepted"][:n_kept]
-    out["divergent"] = out["divergent"][:n_kept]
-    out["accept_rate"] = accepted / max(n_kept, 1)
-    out["step_size"] = np.exp(log_eta)
-    out["n_divergent"] = n_divergent
-    out["stopped_in_warmup"] = stopped_in_warmup
-    return out
+            return any([task.step("iterations") for task in self.tasks])
+        return False
+
+
+def _run_batch(posterior, seeds, settings, tasks, verbose, chain_ids):
+    """Module-level (picklable) unit of parallel work: one batch of chains."""
+    with ChainProgress(settings, tasks, verbose, chain_ids) as progress:
+        return run_chains(posterior, seeds, settings, on_iteration=progress)
+
+
+def _join(results):
+    """The draws of all batches, chains side by side, as many per chain as
+    the shortest batch kept (the model a single batch stopping with every
+    chain together would give)."""
+    n_kept = min(len(r.theta) for r in results)
+
+    def joined(values):
+        return np.concatenate([v[:n_kept] for v in values], axis=1)
+
+    per_draw = [joined(values) for values in zip(*(r[:6] for r in results))]
+    accepted, divergent = per_draw[4], per_draw[5]
+    return ChainDraws(
+        *per_draw,
+        accept_rate=np.sum(accepted, axis=0) / n_kept,
+        n_divergent=np.sum(divergent, axis=0),
+        step_size=np.concatenate([r.step_size for r in results]),
+        stopped_in_warmup=any(r.stopped_in_warmup for r in results),
+    )
+
+
+def sample_chains(posterior, seeds, settings, *, n_jobs=None, reporter=None):
+    """Run every chain, in batches in parallel, and join their draws.
+
+    Chains are grouped into one batch per worker; each chain has its own
+    generator, so the grouping changes speed, not results.
+
+    Parameters
+    ----------
+    posterior : NetworkPosterior
+    seeds : ndarray of int
+        One seed per chain.
+    settings : ChainSettings
+    n_jobs : int or None, default=None
+    reporter : ProgressReporter or None, default=None
+        The fit's reporter: its verbosity for the chains' progress lines and
+        its callback task, of which every chain is a subtask (a step per block
+        of iterations).
+
+    Returns
+    -------
+    draws : ChainDraws
+        All chains, in the order of ``seeds``; every chain keeps as many draws
+        as the shortest batch when a callback stopped some.
+    """
+    reporter = ProgressReporter(0, "") if reporter is None else reporter
+    n_chains = len(seeds)
+    n_batches = min(n_chains, max(effective_n_jobs(n_jobs), 1))
+    batches = np.array_split(np.arange(n_chains), n_batches)
+    reporter(1, "%d chains in %d batches", n_chains, n_batches)
+    _, n_blocks = iteration_blocks(settings.n_warmup, settings.n_samples)
+    tasks = reporter.task.subtasks(n_chains, "chain", max_steps=n_blocks)
+    results = run_parallel(
+        _run_batch,
+        [
+            (posterior, seeds[b], settings, [tasks[c] for c in b], reporter.verbose, b)
+            for b in batches
+        ],
+        n_jobs=n_jobs,
+    )
+    draws = _join(results)
+    if len(draws.theta) < settings.n_samples:
+        reporter(1, "stopped by a callback: %d draws per chain kept", len(draws.theta))
+    return draws

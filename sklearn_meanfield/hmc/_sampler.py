@@ -35,7 +35,6 @@ __all__ = [
     "HMCStep",
     "hmc_step",
     "leapfrog",
-    "sample",
 ]
 
 # An energy error above this is a divergence: the trajectory left the region the
@@ -263,98 +262,3 @@ class DualAveraging:
     def final(self):
         """The averaged log multiplier to use after warm-up."""
         return self.log_value_bar.copy()
-
-
-def sample(
-    log_prob_and_grad,
-    q0,
-    step_scales,
-    *,
-    n_samples,
-    n_warmup,
-    n_leapfrog,
-    random_state,
-    step_size=0.5,
-    persistence=0.0,
-    metropolis=True,
-    adapt=True,
-    target_accept=0.8,
-):
-    """Sample with HMC, adapting a global step-size multiplier during warm-up.
-
-    Step size of coordinate ``i`` is ``step_size * step_scales[i]``, where
-    ``step_size`` is adapted by dual averaging during warm-up (when ``adapt``)
-    and frozen afterwards; each trajectory jitters it by a uniform factor in
-    [0.9, 1.1] to avoid periodic orbits.
-
-    Parameters
-    ----------
-    log_prob_and_grad : callable
-        Maps positions (n_chains, n_params) to ``(log_prob, grad)``.
-    q0 : ndarray of shape (n_chains, n_params)
-        Starting points.
-    step_scales : ndarray broadcastable to (n_chains, n_params)
-        Relative step size per coordinate (e.g. inverse square root of the
-        curvature).
-    n_samples, n_warmup, n_leapfrog : int
-    random_state : numpy.random.Generator or RandomState
-    step_size : float, default=0.5
-        Initial global multiplier.
-    persistence : float in [0, 1), default=0.0
-    metropolis : bool, default=True
-    adapt : bool, default=True
-    target_accept : float, default=0.8
-
-    Returns
-    -------
-    draws : ndarray of shape (n_samples, n_chains, n_params)
-    accept_rate : ndarray of shape (n_chains,)
-        Fraction of accepted proposals after warm-up.
-    step_size : ndarray of shape (n_chains,)
-        The frozen multiplier.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_meanfield.hmc._sampler import sample
-    >>> def standard_normal(q):
-    ...     return -0.5 * np.sum(q**2, axis=1), -q
-    >>> draws, rate, _ = sample(standard_normal, np.zeros((2, 3)), 1.0,
-    ...     n_samples=500, n_warmup=100, n_leapfrog=5,
-    ...     random_state=np.random.default_rng(0))
-    >>> draws.shape, bool(abs(draws.mean()) < 0.1), bool(abs(draws.var() - 1) < 0.1)
-    ((500, 2, 3), True, True)
-    """
-    q = np.array(q0, dtype=float)
-    n_chains = q.shape[0]
-    log_prob, grad = log_prob_and_grad(q)
-    momentum = None
-    log_eta = np.full(n_chains, np.log(step_size))
-    adapter = DualAveraging(log_eta, target=target_accept)
-    draws = np.empty((n_samples,) + q.shape)
-    accepted = np.zeros(n_chains)
-    for iteration in range(n_warmup + n_samples):
-        jitter = random_state.uniform(0.9, 1.1, size=(n_chains, 1))
-        eps = np.exp(log_eta)[:, None] * jitter * step_scales
-        step = hmc_step(
-            q,
-            log_prob,
-            grad,
-            log_prob_and_grad,
-            eps,
-            n_leapfrog,
-            random_state,
-            momentum=momentum,
-            persistence=persistence,
-            metropolis=metropolis,
-        )
-        q, log_prob, grad, momentum = step.q, step.log_prob, step.grad, step.momentum
-        if iteration < n_warmup:
-            if adapt:
-                log_eta = adapter.update(step.accept_prob)
-                if iteration == n_warmup - 1:
-                    log_eta = adapter.final()
-        else:
-            draws[iteration - n_warmup] = q
-            accepted += step.accepted
-    return draws, accepted / max(n_samples, 1), np.exp(log_eta)

@@ -2,9 +2,9 @@
 
 import warnings
 from numbers import Integral, Real
+from typing import NamedTuple
 
 import numpy as np
-from joblib import effective_n_jobs
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
@@ -15,24 +15,18 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._base import StandardizedRegressorMixin, atomic_fit
 from .._loo import psis_smooth
 from .._memory import check_memory
-from .._parallel import N_JOBS_CONSTRAINT, draw_seeds, run_parallel
+from .._parallel import N_JOBS_CONSTRAINT, draw_seeds
 from .._progress import CallbackSupportMixin, fit_progress
-from ._chains import MIN_DRAWS, iteration_blocks, run_chains
+from ._chains import MIN_DRAWS, ChainSettings, sample_chains
 from ._diagnostics import effective_sample_size, split_rhat
 from ._network import HyperPrior, NetworkLayout, forward
+from ._transition import NetworkPosterior
 
 __all__ = ["HMCNetworkRegressor"]
 
 # Test rows are pushed through all posterior draws in blocks of this many rows,
 # which bounds the memory of predict at n_draws * block * hidden floats.
 _PREDICT_BLOCK = 64
-
-
-def _run_batch(X, Y, layout, prior, seeds, chain_ids, settings, tasks):
-    """Module-level (picklable) unit of parallel work: one batch of chains."""
-    return run_chains(
-        X, Y, layout, prior, seeds, chain_ids=chain_ids, tasks=tasks, **settings
-    )
 
 
 def sampling_memory_bytes(n_samples, n_chains, n_train, n_params, n_outputs, n_groups):
@@ -57,6 +51,183 @@ def sampling_memory_bytes(n_samples, n_chains, n_train, n_params, n_outputs, n_g
     loo = 8.0 * n_samples * n_chains * n_train * (n_outputs + 2)
     # Chains' arrays, their concatenation, then the LOO arrays.
     return 2.0 * draws + loo
+
+
+def _check_sampling_memory(n_samples, n_chains, n_train, layout):
+    """Refuse a fit whose draws and leave-one-out arrays would not fit."""
+    needed = sampling_memory_bytes(
+        n_samples,
+        n_chains,
+        n_train,
+        layout.n_params,
+        layout.n_outputs,
+        layout.n_groups,
+    )
+    check_memory(
+        needed,
+        f"HMCNetworkRegressor with n_samples={n_samples} draws x "
+        f"{n_chains} chains on {n_train} training points",
+        "Use fewer draws per chain (n_samples) or fewer chains: a few "
+        "thousand draws in all usually suffice for the predictive mean "
+        "and standard deviation.",
+    )
+
+
+def _chain_after_chain(values):
+    """``(n_kept, n_chains, k)`` draws as ``(n_chains * n_kept, k)``, chain by chain."""
+    n_kept, n_chains = values.shape[:2]
+    return values.transpose(1, 0, 2).reshape(n_chains * n_kept, -1)
+
+
+def _check_convergence(draws):
+    """Largest split R-hat and smallest bulk ESS; warn about poor mixing.
+
+    The monitored quantities are the predictions at the training points and
+    the log precisions.  Warns (``ConvergenceWarning``) when a callback
+    stopped the chains in warm-up, when R-hat exceeds 1.05 (naming the worst
+    quantity: users act differently on a prediction than on a prior precision
+    that mixes slowly) and when trajectories diverged after warm-up.
+
+    Returns
+    -------
+    rhat, ess : float
+    """
+    if draws.stopped_in_warmup:
+        warnings.warn(
+            f"A callback stopped the sampling during warm-up: each chain "
+            f"keeps its last {MIN_DRAWS} warm-up states as draws, from "
+            "chains that were still adapting. Predictions are usable but "
+            "rough; allow more time for a converged fit.",
+            ConvergenceWarning,
+        )
+    outputs = draws.train_outputs
+    n_kept, n_chains = outputs.shape[:2]
+    monitored = np.concatenate(
+        [
+            outputs.reshape(n_kept, n_chains, -1),
+            np.log(draws.noise_precision),
+            np.log(draws.group_precision),
+        ],
+        axis=2,
+    ).transpose(1, 0, 2)
+    rhat_all = split_rhat(monitored)
+    rhat = float(np.max(rhat_all))
+    ess = float(np.min(effective_sample_size(monitored)))
+    if rhat > 1.05:
+        n_pred, n_noise = outputs.shape[2] * outputs.shape[3], outputs.shape[3]
+        worst = int(np.argmax(rhat_all))
+        if worst < n_pred:
+            what = f"the prediction at training sample {worst // n_noise}"
+        elif worst < n_pred + n_noise:
+            what = "the noise precision"
+        else:
+            what = f"weight-group precision {worst - n_pred - n_noise}"
+        warnings.warn(
+            f"The {n_chains} chains disagree: largest split R-hat "
+            f"{rhat:.3f} > 1.05, for {what} (smallest bulk ESS "
+            f"{ess:.0f}). Increase n_samples, n_warmup or n_leapfrog "
+            "(chains in different configurations of the network mix "
+            "fastest with longer trajectories).",
+            ConvergenceWarning,
+        )
+    n_divergent = int(np.sum(draws.n_divergent))
+    if n_divergent:
+        warnings.warn(
+            f"{n_divergent} divergent trajectories after warm-up (energy "
+            "error above 1000): the step size is too large for part of the "
+            "posterior. Increase target_accept.",
+            ConvergenceWarning,
+        )
+    return rhat, ess
+
+
+class LeaveOneOut(NamedTuple):
+    """PSIS leave-one-out results, in target units."""
+
+    prediction: np.ndarray
+    """Leave-one-out predictive means, shaped like ``y``."""
+    error: float
+    """Mean squared error, averaged over outputs (weighted by sample_weight)."""
+    log_density: np.ndarray
+    """Log predictive density of each training point, (n_samples,)."""
+    pareto_k: np.ndarray
+    """PSIS shape estimate per training point, (n_samples,)."""
+
+
+def _leave_one_out(draws, Ys, y, sample_weight, y_scaler, constant):
+    """Pareto-smoothed importance-sampling leave-one-out from the draws.
+
+    Parameters
+    ----------
+    draws : ChainDraws
+    Ys : ndarray of shape (n_samples, n_outputs)
+        Standardised targets.
+    y : ndarray
+        Targets as given (their shape is the prediction's).
+    sample_weight : ndarray of shape (n_samples,) or None
+    y_scaler : Standardizer
+    constant : ndarray of shape (n_outputs,), bool
+        Outputs without spread, predicted exactly.
+
+    Returns
+    -------
+    loo : LeaveOneOut
+    """
+    outputs, noise_precision = draws.train_outputs, draws.noise_precision
+    n_kept, n_chains, n_train, n_outputs = outputs.shape
+    n_draws = n_kept * n_chains
+    # (draw, point): the log likelihood of all outputs of a point jointly,
+    # in standardised units (a constant per point, which PSIS ignores).
+    residual = Ys[None, None] - outputs
+    loglik = 0.5 * np.sum(
+        np.log(noise_precision / (2 * np.pi))[:, :, None, :]
+        - noise_precision[:, :, None, :] * residual**2,
+        axis=3,
+    )
+    del residual
+    # Leaving a row of weight w out divides the posterior by its
+    # likelihood to the power w (all w copies of a repeated row).
+    if sample_weight is None:
+        row_loglik, weighted = loglik, np.arange(n_train)
+    else:
+        row_loglik = loglik * sample_weight
+        weighted = np.flatnonzero(sample_weight > 0)
+    # Rows of zero weight: the posterior is their leave-one-out posterior.
+    log_weights = np.full((n_draws, n_train), -np.log(n_draws))
+    pareto_k = np.zeros(n_train)
+    part = row_loglik[:, :, weighted]
+    # Relative efficiency of the likelihood draws sets the PSIS tail length.
+    lik = np.exp(part - part.max(axis=(0, 1)))
+    ess = effective_sample_size(lik.transpose(1, 0, 2), method="basic")
+    r_eff = np.clip(ess / n_draws, 1e-3, 1.0)
+    log_weights[:, weighted], pareto_k[weighted] = psis_smooth(
+        -part.reshape(n_draws, -1), r_eff=r_eff
+    )
+    loglik = loglik.reshape(n_draws, n_train)
+    log_density = logsumexp(log_weights + loglik, axis=0)
+    prediction = np.einsum(
+        "sn,snm->nm",
+        np.exp(log_weights),
+        outputs.reshape(n_draws, n_train, n_outputs),
+    )
+    # A constant output: the leave-one-out posterior is symmetric too.
+    prediction[:, constant] = 0.0
+    prediction = y_scaler.inverse_mean(prediction)
+    row_error = np.mean((y.reshape(n_train, -1) - prediction) ** 2, axis=1)
+    n_bad = int(np.sum(pareto_k > 0.7))
+    if n_bad > max(0.05 * n_train, 1):
+        warnings.warn(
+            f"{n_bad} of {n_train} training points have a Pareto k-hat above "
+            "0.7: their leave-one-out estimates are unreliable. More draws "
+            "(n_samples, n_chains) or a simpler model may help.",
+            ConvergenceWarning,
+        )
+    return LeaveOneOut(
+        prediction=prediction.reshape(y.shape),
+        error=float(np.average(row_error, weights=sample_weight)),
+        log_density=log_density - np.sum(np.log(y_scaler.scale)),
+        pareto_k=pareto_k,
+    )
 
 
 class HMCNetworkRegressor(
@@ -306,204 +477,50 @@ class HMCNetworkRegressor(
         layout = NetworkLayout(
             Xs.shape[1], self.hidden_layer_size, Ys.shape[1], self.ard
         )
-        needed = sampling_memory_bytes(
-            self.n_samples,
-            self.n_chains,
-            Xs.shape[0],
-            layout.n_params,
-            layout.n_outputs,
-            layout.n_groups,
-        )
-        check_memory(
-            needed,
-            f"HMCNetworkRegressor with n_samples={self.n_samples} draws x "
-            f"{self.n_chains} chains on {Xs.shape[0]} training points",
-            "Use fewer draws per chain (n_samples) or fewer chains: a few "
-            "thousand draws in all usually suffice for the predictive mean "
-            "and standard deviation.",
-        )
-        # With scikit-learn callbacks, every chain is a subtask of the fit.
-        with fit_progress(self, self.verbose, max_steps=self.n_chains, X=X, y=y) as (
-            reporter
-        ):
-            self._sample(y, Xs, Ys, sample_weight, layout, reporter)
-        return self
-
-    def _sample(self, y, Xs, Ys, sample_weight, layout, reporter):
-        rng = check_random_state(self.random_state)
-        prior = HyperPrior()
-        self._layout = layout
-        # Outputs without spread: the posterior is symmetric about them.
-        self._constant_outputs = self._y_scaler.constant.copy()
-        seeds = draw_seeds(rng, self.n_chains)
-        # Chains are grouped into one batch per worker; each chain has its own
-        # generator, so the grouping changes speed, not results.
-        n_batches = min(self.n_chains, max(effective_n_jobs(self.n_jobs), 1))
-        batches = np.array_split(np.arange(self.n_chains), n_batches)
-        settings = dict(
+        _check_sampling_memory(self.n_samples, self.n_chains, Xs.shape[0], layout)
+        posterior = NetworkPosterior(Xs, Ys, layout, HyperPrior(), sample_weight)
+        settings = ChainSettings(
             n_samples=self.n_samples,
             n_warmup=self.n_warmup,
             n_leapfrog=self.n_leapfrog,
             step_size=self.step_size,
             persistence=self.persistence,
             target_accept=self.target_accept,
-            verbose=self.verbose,
-            sample_weight=sample_weight,
         )
-        reporter(1, "%d chains in %d batches", self.n_chains, n_batches)
-        _, n_blocks = iteration_blocks(self.n_warmup, self.n_samples)
-        tasks = reporter.task.subtasks(self.n_chains, "chain", max_steps=n_blocks)
-        results = run_parallel(
-            _run_batch,
-            [
-                (Xs, Ys, layout, prior, seeds[b], b, settings, [tasks[c] for c in b])
-                for b in batches
-            ],
-            n_jobs=self.n_jobs,
-        )
-        # A batch stopped by a callback keeps fewer draws; every chain keeps
-        # as many as the shortest, so the model is the one a single batch
-        # (every chain stopping together) would give.
-        n_kept = min(len(r["theta"]) for r in results)
-
-        def joined(key, axis=1):
-            return np.concatenate([r[key][:n_kept] for r in results], axis=axis)
-
-        # Draws arrive as (n_samples, n_chains, ...): chains are axis 1.
-        theta = joined("theta")
-        noise_precision = joined("noise_precision")
-        group_precision = joined("group_precision")
-        outputs = joined("train_outputs")
-        self.acceptance_rate_ = np.sum(joined("accepted"), axis=0) / n_kept
-        self.n_divergent_ = np.sum(joined("divergent"), axis=0)
-        self.step_size_ = np.concatenate([r["step_size"] for r in results])
-        if n_kept < self.n_samples:
-            reporter(1, "stopped by a callback: %d draws per chain kept", n_kept)
-        if any(r["stopped_in_warmup"] for r in results):
-            warnings.warn(
-                f"A callback stopped the sampling during warm-up: each chain "
-                f"keeps its last {MIN_DRAWS} warm-up states as draws, from "
-                "chains that were still adapting. Predictions are usable but "
-                "rough; allow more time for a converged fit.",
-                ConvergenceWarning,
+        seeds = draw_seeds(check_random_state(self.random_state), self.n_chains)
+        # Outputs without spread: the posterior is symmetric about them.
+        constant = self._y_scaler.constant.copy()
+        # With scikit-learn callbacks, every chain is a subtask of the fit.
+        with fit_progress(self, self.verbose, max_steps=self.n_chains, X=X, y=y) as (
+            reporter
+        ):
+            draws = sample_chains(
+                posterior, seeds, settings, n_jobs=self.n_jobs, reporter=reporter
             )
-
-        n_chains = theta.shape[1]
-        self.parameter_draws_ = theta.transpose(1, 0, 2).reshape(n_chains * n_kept, -1)
-        self.noise_precision_draws_ = noise_precision.transpose(1, 0, 2).reshape(
-            n_chains * n_kept, -1
-        )
-        self.precision_draws_ = group_precision.transpose(1, 0, 2).reshape(
-            n_chains * n_kept, -1
+            rhat, ess = _check_convergence(draws)
+            loo = _leave_one_out(draws, Ys, y, sample_weight, self._y_scaler, constant)
+            reporter(
+                1,
+                "done: acceptance %s, R-hat %.3f, LOO MSE %.4g",
+                np.array2string(draws.accept_rate, precision=2),
+                rhat,
+                loo.error,
+            )
+        self._layout, self._constant_outputs = layout, constant
+        self.acceptance_rate_ = draws.accept_rate
+        self.n_divergent_ = draws.n_divergent
+        self.step_size_ = draws.step_size
+        # Draws arrive as (n_kept, n_chains, ...): chain after chain instead.
+        self.parameter_draws_, self.noise_precision_draws_, self.precision_draws_ = (
+            _chain_after_chain(values) for values in draws[:3]
         )
         self.noise_std_ = self._y_scaler.inverse_scale(
             np.mean(1.0 / np.sqrt(self.noise_precision_draws_), axis=0)
         )
-
-        self._diagnose(outputs, noise_precision, group_precision)
-        self._leave_one_out(y, Ys, sample_weight, outputs, noise_precision)
-        reporter(
-            1,
-            "done: acceptance %s, R-hat %.3f, LOO MSE %.4g",
-            np.array2string(self.acceptance_rate_, precision=2),
-            self.rhat_,
-            self.loo_error_,
-        )
-
-    def _diagnose(self, outputs, noise_precision, group_precision):
-        n_kept, n_chains = outputs.shape[:2]
-        monitored = np.concatenate(
-            [
-                outputs.reshape(n_kept, n_chains, -1),
-                np.log(noise_precision),
-                np.log(group_precision),
-            ],
-            axis=2,
-        ).transpose(1, 0, 2)
-        rhat = split_rhat(monitored)
-        self.rhat_ = float(np.max(rhat))
-        self.ess_ = float(np.min(effective_sample_size(monitored)))
-        if self.rhat_ > 1.05:
-            # Name the worst quantity: users act differently on a prediction
-            # than on a prior precision that mixes slowly.
-            n_pred, n_noise = outputs.shape[2] * outputs.shape[3], outputs.shape[3]
-            worst = int(np.argmax(rhat))
-            if worst < n_pred:
-                what = f"the prediction at training sample {worst // n_noise}"
-            elif worst < n_pred + n_noise:
-                what = "the noise precision"
-            else:
-                what = f"weight-group precision {worst - n_pred - n_noise}"
-            warnings.warn(
-                f"The {n_chains} chains disagree: largest split R-hat "
-                f"{self.rhat_:.3f} > 1.05, for {what} (smallest bulk ESS "
-                f"{self.ess_:.0f}). Increase n_samples, n_warmup or n_leapfrog "
-                "(chains in different configurations of the network mix "
-                "fastest with longer trajectories).",
-                ConvergenceWarning,
-            )
-        n_divergent = int(np.sum(self.n_divergent_))
-        if n_divergent:
-            warnings.warn(
-                f"{n_divergent} divergent trajectories after warm-up (energy "
-                "error above 1000): the step size is too large for part of the "
-                "posterior. Increase target_accept.",
-                ConvergenceWarning,
-            )
-
-    def _leave_one_out(self, y, Ys, sample_weight, outputs, noise_precision):
-        n_kept, n_chains, n_train, n_outputs = outputs.shape
-        n_draws = n_kept * n_chains
-        # (draw, point): the log likelihood of all outputs of a point jointly,
-        # in standardised units (a constant per point, which PSIS ignores).
-        residual = Ys[None, None] - outputs
-        loglik = 0.5 * np.sum(
-            np.log(noise_precision / (2 * np.pi))[:, :, None, :]
-            - noise_precision[:, :, None, :] * residual**2,
-            axis=3,
-        )
-        del residual
-        # Leaving a row of weight w out divides the posterior by its
-        # likelihood to the power w (all w copies of a repeated row).
-        if sample_weight is None:
-            row_loglik, weighted = loglik, np.arange(n_train)
-        else:
-            row_loglik = loglik * sample_weight
-            weighted = np.flatnonzero(sample_weight > 0)
-        # Rows of zero weight: the posterior is their leave-one-out posterior.
-        log_weights = np.full((n_draws, n_train), -np.log(n_draws))
-        pareto_k = np.zeros(n_train)
-        part = row_loglik[:, :, weighted]
-        # Relative efficiency of the likelihood draws sets the PSIS tail length.
-        lik = np.exp(part - part.max(axis=(0, 1)))
-        ess = effective_sample_size(lik.transpose(1, 0, 2), method="basic")
-        r_eff = np.clip(ess / n_draws, 1e-3, 1.0)
-        log_weights[:, weighted], pareto_k[weighted] = psis_smooth(
-            -part.reshape(n_draws, -1), r_eff=r_eff
-        )
-        loglik = loglik.reshape(n_draws, n_train)
-        log_density = logsumexp(log_weights + loglik, axis=0)
-        prediction = np.einsum(
-            "sn,snm->nm",
-            np.exp(log_weights),
-            outputs.reshape(n_draws, n_train, n_outputs),
-        )
-        # A constant output: the leave-one-out posterior is symmetric too.
-        prediction[:, self._constant_outputs] = 0.0
-        prediction = self._y_scaler.inverse_mean(prediction)
-        self.loo_prediction_ = prediction.reshape(y.shape)
-        row_error = np.mean((y.reshape(n_train, -1) - prediction) ** 2, axis=1)
-        self.loo_error_ = float(np.average(row_error, weights=sample_weight))
-        self.loo_log_density_ = log_density - np.sum(np.log(self._y_scaler.scale))
-        self.pareto_k_ = pareto_k
-        n_bad = int(np.sum(self.pareto_k_ > 0.7))
-        if n_bad > max(0.05 * n_train, 1):
-            warnings.warn(
-                f"{n_bad} of {n_train} training points have a Pareto k-hat above "
-                "0.7: their leave-one-out estimates are unreliable. More draws "
-                "(n_samples, n_chains) or a simpler model may help.",
-                ConvergenceWarning,
-            )
+        self.rhat_, self.ess_ = rhat, ess
+        self.loo_prediction_, self.loo_error_ = loo.prediction, loo.error
+        self.loo_log_density_, self.pareto_k_ = loo.log_density, loo.pareto_k
+        return self
 
     def _standardised_outputs(self, X):
         """Network outputs of every draw, (n_draws, n_rows, n_outputs), standardised."""

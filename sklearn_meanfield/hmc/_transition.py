@@ -1,0 +1,415 @@
+"""One iteration of the network sampler for a batch of chains, and its adaptation.
+
+The sampler is split the way BlackJAX splits its kernels from its drivers:
+
+* :class:`NetworkPosterior` is the target: the data, the network layout, the
+  priors, and the arrays every iteration reuses.
+* :class:`ChainState` is everything a chain carries from one iteration to the
+  next; :func:`transition` maps a state to the next one (Gibbs steps of the
+  precisions, the two rescaling moves, one HMC trajectory) and reports what
+  happened in a :class:`ChainInfo`.
+* :class:`WarmupAdaptation` holds what warm-up tunes (the step-size multiplier
+  by dual averaging, the rescaling moves' proposal sds) and hands it to
+  :func:`transition` as a :class:`Tuning`; frozen after warm-up, so that the
+  chains are exact while they sample.
+
+The driver that schedules warm-up and sampling, records draws and reports
+progress is :func:`~sklearn_meanfield.hmc._chains.run_chains`.
+
+References
+----------
+Neal, R. M. (1996). Bayesian Learning for Neural Networks. Lecture Notes in
+Statistics 118, Springer (sections 3.2 and 3.5: Gibbs steps of the
+hyperparameters between trajectories, step sizes from the hyperparameters).
+
+Hoffman, M. D. and Gelman, A. (2014). The No-U-Turn sampler. Journal of Machine
+Learning Research, 15, 1593-1623 (dual averaging, section 3.2).
+"""
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from ._network import (
+    augment,
+    forward,
+    gibbs_precisions,
+    log_posterior_and_grad,
+    prior_precision_vector,
+    step_scales,
+)
+from ._rescaling import rescale_groups, rescale_units
+from ._sampler import DualAveraging, hmc_step
+
+__all__ = [
+    "ChainInfo",
+    "ChainState",
+    "NetworkPosterior",
+    "Tuning",
+    "WarmupAdaptation",
+    "transition",
+]
+
+# Acceptance the rescaling moves' proposal sds are adapted to: the optimum of
+# a one-dimensional random-walk Metropolis.
+RESCALE_TARGET_ACCEPT = 0.44
+
+
+@dataclass(frozen=True, eq=False)
+class NetworkPosterior:
+    """The posterior the chains sample: data, layout, priors.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+    Y : ndarray of shape (n_samples, n_outputs)
+        Standardised training data.
+    layout : NetworkLayout
+    prior : HyperPrior
+    sample_weight : ndarray of shape (n_samples,) or None, default=None
+        Weight of every row's log likelihood (an integer weight counts the row
+        that many times): in the potential energy and its gradient, the Gibbs
+        step of the noise precisions, the rescaling moves and the step sizes.
+
+    Attributes
+    ----------
+    X_augmented_T : ndarray of shape (n_features + 1, n_samples)
+        ``augment(X)``, for the energy's gradient and the rescaling moves.
+    X_sq_sum : ndarray of shape (n_features,)
+        Weighted summed squares of the inputs, for the step sizes.
+    n_weighted : float
+        Number of samples (sum of the weights).
+    """
+
+    X: np.ndarray
+    Y: np.ndarray
+    layout: object
+    prior: object
+    sample_weight: np.ndarray = None
+    X_augmented_T: np.ndarray = field(init=False)
+    X_sq_sum: np.ndarray = field(init=False)
+    n_weighted: float = field(init=False)
+
+    def __post_init__(self):
+        X, w = self.X, self.sample_weight
+        if w is None:
+            X_sq_sum, n_weighted = np.sum(X**2, axis=0), X.shape[0]
+        else:
+            X_sq_sum, n_weighted = w @ X**2, float(np.sum(w))
+        object.__setattr__(self, "X_sq_sum", X_sq_sum)
+        object.__setattr__(self, "n_weighted", n_weighted)
+        object.__setattr__(self, "X_augmented_T", augment(X))
+
+    def target(self, noise_precision, group_precision):
+        """The log posterior of the weights given the precisions, and its gradient.
+
+        Returns
+        -------
+        log_prob_and_grad : callable
+            ``theta -> (log_prob, grad)`` for :func:`hmc_step`.
+        """
+        precision = prior_precision_vector(group_precision, self.layout)
+
+        def log_prob_and_grad(theta):
+            return log_posterior_and_grad(
+                theta,
+                self.X,
+                self.Y,
+                noise_precision,
+                precision,
+                self.layout,
+                X_augmented_T=self.X_augmented_T,
+                sample_weight=self.sample_weight,
+            )
+
+        return log_prob_and_grad
+
+    def step_scales(self, noise_precision, group_precision):
+        """Per-weight step-size scales (:func:`step_scales`)."""
+        return step_scales(
+            group_precision,
+            noise_precision,
+            self.X_sq_sum,
+            self.n_weighted,
+            self.layout,
+        )
+
+    def train_outputs(self, theta):
+        """Network outputs at the training inputs, (n_chains, n_samples, n_outputs)."""
+        return forward(theta, self.X, self.layout).outputs
+
+    def initial_state(self, random_state, n_chains):
+        """Precisions at their prior means, little noise, weights from the prior.
+
+        The low noise level (precision 100) pulls the weights towards the
+        data first, while the precisions are held fixed early in warm-up.
+        """
+        group_precision = np.tile(self.prior.group_means(self.layout), (n_chains, 1))
+        noise_precision = np.full((n_chains, self.layout.n_outputs), 100.0)
+        theta = random_state.standard_normal(
+            (n_chains, self.layout.n_params)
+        ) / np.sqrt(prior_precision_vector(group_precision, self.layout))
+        log_prob, grad = self.target(noise_precision, group_precision)(theta)
+        return ChainState(
+            theta=theta,
+            log_prob=log_prob,
+            grad=grad,
+            momentum=None,
+            noise_precision=noise_precision,
+            group_precision=group_precision,
+            scales=self.step_scales(noise_precision, group_precision),
+        )
+
+
+class ChainState(NamedTuple):
+    """What every chain of a batch carries between iterations (rows: chains)."""
+
+    theta: np.ndarray
+    """Network weights, (n_chains, n_params)."""
+    log_prob: np.ndarray
+    """Log posterior of ``theta`` given the precisions, (n_chains,)."""
+    grad: np.ndarray
+    """Its gradient, (n_chains, n_params)."""
+    momentum: np.ndarray
+    """Momentum after the last trajectory (None before the first)."""
+    noise_precision: np.ndarray
+    """(n_chains, n_outputs)."""
+    group_precision: np.ndarray
+    """(n_chains, n_groups)."""
+    scales: np.ndarray
+    """Per-weight step-size scales for these precisions, (n_chains, n_params)."""
+
+
+class ChainInfo(NamedTuple):
+    """What one iteration did, per chain."""
+
+    accepted: np.ndarray
+    """Whether the HMC trajectory was accepted, (n_chains,) bool."""
+    accept_prob: np.ndarray
+    """Its Metropolis acceptance probability."""
+    divergent: np.ndarray
+    """Whether it diverged (energy error above 1000)."""
+    energy_error: np.ndarray
+    """Its change of total energy."""
+    group_accept: np.ndarray
+    """Acceptance probabilities of the group rescalings, (n_chains, n_groups),
+    or None when the precisions were held fixed."""
+    unit_accept: np.ndarray
+    """Those of the unit rescalings, (n_chains, n_hidden), or None."""
+
+
+class Tuning(NamedTuple):
+    """The adapted settings an iteration uses, per chain."""
+
+    step_size: np.ndarray
+    """Global step-size multiplier, (n_chains,)."""
+    group_sd: np.ndarray
+    """Proposal sd of the group rescalings' ``log c``, (n_chains, n_groups)."""
+    unit_sd: np.ndarray
+    """Proposal sd of the unit rescalings' ``log c``, (n_chains, n_hidden)."""
+
+
+def _update_precisions(state, posterior, tuning, random_state):
+    """Gibbs steps of the precisions, then both rescaling moves.
+
+    Each Gibbs step is followed by a joint rescaling of every weight group and
+    its precision (Gibbs alone moves the log precision of a group in steps of
+    about ``sqrt(2 / group size)``, a slow random walk whenever the prior
+    rather than the data holds the group) and by a rescaling of every hidden
+    unit along its scale ridge; the log posterior, its gradient and the step
+    sizes then follow the new precisions.
+    """
+    layout, X_aug_t, Y = posterior.layout, posterior.X_augmented_T, posterior.Y
+    weights, theta = posterior.sample_weight, state.theta
+    residual = Y - posterior.train_outputs(theta)
+    groups, noise = gibbs_precisions(
+        theta, residual, layout, posterior.prior, random_state, weights
+    )
+    theta, groups, group_accept = rescale_groups(
+        theta,
+        groups,
+        noise,
+        X_aug_t,
+        Y,
+        layout,
+        posterior.prior,
+        tuning.group_sd,
+        random_state,
+        weights,
+    )
+    precision = prior_precision_vector(groups, layout)
+    theta, unit_accept = rescale_units(
+        theta,
+        precision,
+        noise,
+        X_aug_t,
+        Y,
+        layout,
+        tuning.unit_sd,
+        random_state,
+        weights,
+    )
+    log_prob, grad = posterior.target(noise, groups)(theta)
+    state = state._replace(
+        theta=theta,
+        log_prob=log_prob,
+        grad=grad,
+        noise_precision=noise,
+        group_precision=groups,
+        scales=posterior.step_scales(noise, groups),
+    )
+    return state, group_accept, unit_accept
+
+
+def transition(
+    state,
+    posterior,
+    tuning,
+    random_state,
+    *,
+    n_leapfrog,
+    persistence=0.0,
+    update_precisions=True,
+):
+    """One iteration of every chain: precisions, rescalings, an HMC trajectory.
+
+    With ``update_precisions`` the precisions get a Gibbs step followed by the
+    rescaling moves; then one HMC trajectory moves the weights, with the
+    per-weight step sizes ``step_size * jitter * scales`` (the jitter, a
+    uniform factor in [0.9, 1.1] per chain, avoids periodic orbits).  Random
+    numbers are drawn in this order, from one generator per chain.
+
+    Parameters
+    ----------
+    state : ChainState
+    posterior : NetworkPosterior
+    tuning : Tuning
+    random_state : ChainRandom or numpy.random.Generator
+    n_leapfrog : int
+    persistence : float in [0, 1), default=0.0
+        Momentum persistence of the partial refresh.
+    update_precisions : bool, default=True
+        False holds the precisions fixed (early warm-up).
+
+    Returns
+    -------
+    state : ChainState
+    info : ChainInfo
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._chains import ChainRandom
+    >>> from sklearn_meanfield.hmc._network import HyperPrior, NetworkLayout
+    >>> from sklearn_meanfield.hmc._transition import (
+    ...     NetworkPosterior, WarmupAdaptation, transition)
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(20, 1))
+    >>> posterior = NetworkPosterior(X, np.tanh(X), NetworkLayout(1, 3, 1),
+    ...                              HyperPrior())
+    >>> random = ChainRandom([0, 1])
+    >>> state = posterior.initial_state(random, 2)
+    >>> adaptation = WarmupAdaptation(posterior.layout, 2, step_size=0.1)
+    >>> state, info = transition(state, posterior, adaptation.tuning(), random,
+    ...                          n_leapfrog=10)
+    >>> state.theta.shape, info.group_accept.shape, info.accepted.dtype
+    ((2, 10), (2, 4), dtype('bool'))
+    """
+    if update_precisions:
+        state, group_accept, unit_accept = _update_precisions(
+            state, posterior, tuning, random_state
+        )
+    else:
+        group_accept = unit_accept = None
+    n_chains = state.theta.shape[0]
+    jitter = random_state.uniform(0.9, 1.1, size=(n_chains, 1))
+    step = hmc_step(
+        state.theta,
+        state.log_prob,
+        state.grad,
+        posterior.target(state.noise_precision, state.group_precision),
+        tuning.step_size[:, None] * jitter * state.scales,
+        n_leapfrog,
+        random_state,
+        momentum=state.momentum,
+        persistence=persistence,
+    )
+    state = state._replace(
+        theta=step.q, log_prob=step.log_prob, grad=step.grad, momentum=step.momentum
+    )
+    info = ChainInfo(
+        accepted=step.accepted,
+        accept_prob=step.accept_prob,
+        divergent=step.divergent,
+        energy_error=step.energy_error,
+        group_accept=group_accept,
+        unit_accept=unit_accept,
+    )
+    return state, info
+
+
+class WarmupAdaptation:
+    """What warm-up tunes, per chain: the step size and the rescaling moves.
+
+    The global step-size multiplier follows dual averaging towards
+    ``target_accept`` (:class:`~sklearn_meanfield.hmc._sampler.DualAveraging`);
+    the log proposal sds of the rescaling moves follow a Robbins-Monro
+    recursion with rate ``k^-0.6`` towards an acceptance of 0.44 (the optimum
+    of a one-dimensional random-walk Metropolis), ``k`` counting the
+    iterations that made the moves.  :meth:`freeze` ends the adaptation: the
+    step size becomes the dual-averaging average, and nothing changes after.
+
+    Parameters
+    ----------
+    layout : NetworkLayout
+    n_chains : int
+    step_size : float
+        Initial step-size multiplier.
+    target_accept : float, default=0.8
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._network import NetworkLayout
+    >>> from sklearn_meanfield.hmc._transition import ChainInfo, WarmupAdaptation
+    >>> adaptation = WarmupAdaptation(NetworkLayout(1, 2, 1), 1, step_size=0.1)
+    >>> # Moves accepted above 0.44 widen their proposals.
+    >>> accept = np.full((1, 4), 0.9)
+    >>> adaptation.update(ChainInfo(None, np.ones(1), None, None, accept,
+    ...                             np.full((1, 2), 0.9)))
+    >>> bool(np.all(adaptation.tuning().group_sd > 0.5))
+    True
+    """
+
+    def __init__(self, layout, n_chains, *, step_size, target_accept=0.8):
+        self.log_step_size = np.full(n_chains, np.log(step_size))
+        self.dual_averaging = DualAveraging(self.log_step_size, target=target_accept)
+        self.log_group_sd = np.full((n_chains, layout.n_groups), np.log(0.5))
+        self.log_unit_sd = np.full((n_chains, layout.n_hidden), np.log(0.3))
+        self.n_moves = 0
+        self.frozen = False
+
+    def tuning(self):
+        """The settings for the next iteration."""
+        return Tuning(
+            step_size=np.exp(self.log_step_size),
+            group_sd=np.exp(self.log_group_sd),
+            unit_sd=np.exp(self.log_unit_sd),
+        )
+
+    def update(self, info):
+        """Adapt to one iteration's acceptance (nothing once frozen)."""
+        if self.frozen:
+            return
+        if info.group_accept is not None:
+            self.n_moves += 1
+            rate = self.n_moves**-0.6
+            self.log_group_sd += rate * (info.group_accept - RESCALE_TARGET_ACCEPT)
+            self.log_unit_sd += rate * (info.unit_accept - RESCALE_TARGET_ACCEPT)
+        self.log_step_size = self.dual_averaging.update(info.accept_prob)
+
+    def freeze(self):
+        """End of warm-up: keep the averaged step size from now on."""
+        self.log_step_size = self.dual_averaging.final()
+        self.frozen = True
