@@ -111,6 +111,30 @@ class HMCStep(NamedTuple):
     divergent: np.ndarray
 
 
+def _trajectory(q, p, log_prob, grad, step_sizes, n_leapfrog, log_prob_and_grad):
+    """The leapfrog end point and the change of total energy along the way.
+
+    Returns ``q, p, log_prob, grad`` at the end point, the energy error
+    (``inf`` where the end point, its gradient or the error is not finite)
+    and whether they are finite.  Overflows on the way are expected of
+    divergent trajectories and silenced.
+    """
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        q_new, p_new, log_prob_new, grad_new = leapfrog(
+            q, p, grad, step_sizes, n_leapfrog, log_prob_and_grad
+        )
+        energy_error = (-log_prob_new + 0.5 * np.sum(p_new**2, axis=1)) - (
+            -log_prob + 0.5 * np.sum(p**2, axis=1)
+        )
+        finite = (
+            np.isfinite(energy_error)
+            & np.all(np.isfinite(q_new), axis=1)
+            & np.all(np.isfinite(grad_new), axis=1)
+        )
+    energy_error = np.where(finite, energy_error, np.inf)
+    return q_new, p_new, log_prob_new, grad_new, energy_error, finite
+
+
 def hmc_step(
     q,
     log_prob,
@@ -176,19 +200,9 @@ def hmc_step(
         p = noise
     else:
         p = persistence * momentum + np.sqrt(1.0 - persistence**2) * noise
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        q_new, p_new, log_prob_new, grad_new = leapfrog(
-            q, p, grad, step_sizes, n_leapfrog, log_prob_and_grad
-        )
-        energy_error = (-log_prob_new + 0.5 * np.sum(p_new**2, axis=1)) - (
-            -log_prob + 0.5 * np.sum(p**2, axis=1)
-        )
-        finite = (
-            np.isfinite(energy_error)
-            & np.all(np.isfinite(q_new), axis=1)
-            & np.all(np.isfinite(grad_new), axis=1)
-        )
-    energy_error = np.where(finite, energy_error, np.inf)
+    q_new, p_new, log_prob_new, grad_new, energy_error, finite = _trajectory(
+        q, p, log_prob, grad, step_sizes, n_leapfrog, log_prob_and_grad
+    )
     divergent = energy_error > DIVERGENCE_THRESHOLD
     accept_prob = np.where(divergent, 0.0, np.exp(-np.maximum(energy_error, 0.0)))
     if metropolis:
