@@ -113,10 +113,14 @@ def _check_draws(draws, what):
     if not np.all(np.isfinite(draws)):
         raise ValueError(f"{what} needs finite draws (found NaN or infinity).")
     trailing = draws.shape[2:]
-    return draws.reshape(n_chains, n_draws, -1), trailing
+    return draws.reshape(n_chains, n_draws, int(np.prod(trailing))), trailing
 
 
-def _shaped(values, trailing):
+def _per_quantity(function, draws, trailing):
+    """``function`` of (n_chains, n_draws, n_quantities) draws, shaped back."""
+    if draws.shape[2] == 0:
+        return np.empty(trailing)
+    values = function(draws)
     if trailing == ():
         return float(values[0])
     return values.reshape(trailing)
@@ -172,7 +176,7 @@ def split_rhat(draws):
     True
     """
     draws, trailing = _check_draws(draws, "split_rhat")
-    return _shaped(_split_rhat(draws), trailing)
+    return _per_quantity(_split_rhat, draws, trailing)
 
 
 def effective_sample_size(draws, method="bulk"):
@@ -239,7 +243,9 @@ def effective_sample_size(draws, method="bulk"):
     if method not in ("bulk", "basic"):
         raise ValueError(f"method must be 'bulk' or 'basic', got {method!r}.")
     draws, trailing = _check_draws(draws, "effective_sample_size")
-    return _shaped(_effective_sample_size(draws, method=method), trailing)
+    return _per_quantity(
+        lambda x: _effective_sample_size(x, method=method), draws, trailing
+    )
 
 
 # ---------------------------------------------------------------------- PSIS

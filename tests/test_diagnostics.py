@@ -169,6 +169,12 @@ def test_trailing_axes_and_two_dimensional_draws():
     assert ess == effective_sample_size(draws, method="basic")[0]
 
 
+def test_no_quantities():
+    draws = np.zeros((2, 10, 0, 3))
+    assert split_rhat(draws).shape == (0, 3)
+    assert effective_sample_size(draws).shape == (0, 3)
+
+
 def test_constant_quantities():
     same = np.ones((3, 10))
     assert split_rhat(same) == 1.0
