@@ -28,6 +28,8 @@ from sklearn_meanfield.tap._sparse import (
     fitc_evidence_gradient,
     fitc_inducing_gradient,
     fitc_kernel_gradient,
+    fitc_kernel_inducing_gradient,
+    kernel_second_argument_gradient,
 )
 
 
@@ -417,6 +419,57 @@ def test_kernel_gradient_by_blocks_against_central_differences():
             fit(kernel.theta + e).log_evidence - fit(kernel.theta - e).log_evidence
         ) / (2 * h)
         assert abs(gradient[j] - numeric) < 1e-6 * max(1.0, abs(numeric))
+
+
+def _kernels():
+    from sklearn.gaussian_process import kernels as k
+
+    return [
+        k.ConstantKernel(1.5) * k.RBF([0.7, 1.3]) + k.WhiteKernel(0.2),
+        k.Matern(0.9, nu=0.5),
+        k.Matern([0.8, 1.2], nu=1.5),
+        k.ConstantKernel(0.7) * k.Matern(1.1, nu=2.5),
+        k.Matern(0.9, nu=np.inf),
+        k.RationalQuadratic(0.8, alpha=1.7),
+        k.DotProduct(0.5) ** 2 + k.RBF(1.0),
+    ]
+
+
+@pytest.mark.parametrize("kernel", _kernels(), ids=lambda k: type(k).__name__)
+def test_kernel_input_derivatives_against_central_differences(kernel):
+    rng = np.random.default_rng(22)
+    A, B = rng.normal(size=(5, 2)), rng.normal(size=(4, 2))
+    got = kernel_second_argument_gradient(kernel, A, B)
+    h = 1e-6
+    for j in range(4):
+        for k in range(2):
+            E = np.zeros_like(B)
+            E[j, k] = h
+            numeric = (kernel(A, B + E) - kernel(A, B - E))[:, j] / (2 * h)
+            np.testing.assert_allclose(got[:, j, k], numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_inducing_gradient_of_a_scikit_learn_kernel_against_central_differences():
+    from sklearn.gaussian_process.kernels import ConstantKernel as C
+    from sklearn.gaussian_process.kernels import Matern
+
+    X, t = _data(40, 23)
+    Z0 = X[:5] + 0.1
+    like = make_likelihood("logistic", 0.0)
+    kernel = C(1.4) * Matern([0.8, 1.2], nu=2.5)
+
+    def fit(Z):
+        posterior = FITCPosterior.from_kernel(kernel, X, Z, jitter=1e-10)
+        return expectation_propagation(posterior, t, like, tol=1e-13, max_iter=2000)
+
+    adjoints = fitc_evidence_adjoints(fit(Z0))
+    gradient = fitc_kernel_inducing_gradient(adjoints, kernel, X, Z0, block_size=9)
+    h = 1e-5
+    for j, k in [(0, 0), (1, 1), (2, 0), (4, 1)]:
+        E = np.zeros_like(Z0)
+        E[j, k] = h
+        numeric = (fit(Z0 + E).log_evidence - fit(Z0 - E).log_evidence) / (2 * h)
+        assert abs(gradient[j, k] - numeric) < 1e-6 * max(1.0, abs(numeric))
 
 
 # ---------------------------------------------------------------- memory
