@@ -411,9 +411,8 @@ _RBM_ATTRIBUTES = ("components_", "intercept_visible_", "intercept_hidden_")
 def _rbm_parameters(rbm):
     """Float64 ``(weights, visible_bias, hidden_bias)`` of a fitted RBM or tuple."""
     if isinstance(rbm, BaseEstimator):
-        check_is_fitted(rbm, list(_RBM_ATTRIBUTES))
-        params = tuple(getattr(rbm, name) for name in _RBM_ATTRIBUTES)
-    elif isinstance(rbm, (tuple, list)) and len(rbm) == 3:
+        check_is_fitted(rbm)
+    if isinstance(rbm, (tuple, list)) and len(rbm) == 3:
         params = tuple(rbm)
     elif all(hasattr(rbm, name) for name in _RBM_ATTRIBUTES):
         params = tuple(getattr(rbm, name) for name in _RBM_ATTRIBUTES)

@@ -23,6 +23,7 @@ from scipy.optimize import brentq
 from scipy.special import expit, logsumexp
 from scipy.stats import norm, rankdata
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
+from sklearn.linear_model import LinearRegression
 from sklearn.neural_network import BernoulliRBM
 
 from sklearn_meanfield import BetheRBM, diagnostics
@@ -496,6 +497,10 @@ def test_rbm_argument_validation():
         rbm_log_partition(BernoulliRBM())
     with pytest.raises(TypeError, match="BetheRBM or BernoulliRBM"):
         rbm_log_partition(np.zeros((2, 3)))
+    # A fitted estimator that is not an RBM is named as such.
+    not_an_rbm = LinearRegression().fit(np.eye(3), np.arange(3.0))
+    with pytest.raises(TypeError, match="got LinearRegression"):
+        rbm_log_partition(not_an_rbm)
     with pytest.raises(ValueError, match="shape"):
         rbm_log_partition((np.zeros((2, 3)), np.zeros(2), np.zeros(2)))
     with pytest.raises(ValueError, match="shape"):
