@@ -11,12 +11,12 @@ estimators themselves run:
   predictive densities from posterior draws), as in Vehtari, Gelman and Gabry
   (2017).
 * Binary restricted Boltzmann machines: the log partition function
-  (:func:`rbm_log_partition`), free energy (:func:`rbm_free_energy`) and
-  log-likelihood (:func:`rbm_log_likelihood`),
+  (:func:`rbm_log_partition`) and log-likelihood (:func:`rbm_log_likelihood`),
   exact by enumeration for small models, by the Bethe approximation
   (:func:`rbm_bethe_solve`, Huang and Toyoizumi 2015) or by annealed
-  importance sampling (Salakhutdinov and Murray 2008), and the model's moments
-  (:func:`rbm_exact_moments`, :func:`rbm_gibbs_moments`).  They accept a fitted
+  importance sampling (Salakhutdinov and Murray 2008); the free energy
+  (:func:`rbm_free_energy`); the model's moments (:func:`rbm_exact_moments`,
+  :func:`rbm_gibbs_moments`, and the Bethe ones).  They accept a fitted
   :class:`~sklearn_meanfield.BetheRBM`, a fitted
   :class:`sklearn.neural_network.BernoulliRBM` (same parametrisation:
   energy ``E(v, h) = -b.v - c.h - h.W.v`` with ``W = components_``,
