@@ -166,6 +166,8 @@ def main():
     parser.add_argument("--large", action="store_true", help="also n = 50,000")
     parser.add_argument("--large-only", action="store_true")
     parser.add_argument("--blas-threads", type=int, default=1)
+    parser.add_argument("--large-n", type=int, default=50_000)
+    parser.add_argument("--large-m", type=int, default=256)
     parser.add_argument(
         "--quick", action="store_true", help="n = 500, m = 32 and 64 only"
     )
@@ -179,7 +181,7 @@ def main():
         elif not args.large_only:
             part_one(kernel, likelihood)
         if args.large or args.large_only:
-            part_two(kernel, likelihood)
+            part_two(kernel, likelihood, n=args.large_n, m=args.large_m)
     print(f"load average {os.getloadavg()[0]:.2f}")
 
 

@@ -289,8 +289,8 @@ class FITCSolution:
 
     def __init__(self, posterior, tau, nu):
         self.posterior = posterior
-        self.tau = np.asarray(tau, dtype=float)
-        self.nu = np.asarray(nu, dtype=float)
+        self.tau = np.array(tau, dtype=float)  # kept for the adjoints
+        self.nu = np.array(nu, dtype=float)
         statistics = posterior.site_statistics(self.tau, self.nu)
         self.chol_A, self.mean_w, self.logdet = combine_site_statistics(*statistics)
         self.mean, self.var, self.shared = posterior.marginals(
