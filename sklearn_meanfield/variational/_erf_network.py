@@ -28,6 +28,8 @@ networks. Advances in Neural Information Processing Systems 10, 395-401.
 import numpy as np
 from scipy.special import erf, ndtr, owens_t
 
+from .._layout import ParameterLayout
+
 __all__ = [
     "erf_moments",
     "erf_pair_moments",
@@ -283,6 +285,17 @@ def erf_pair_moments(m1, m2, s11, s12, s22, order=2):
 class NetworkShape:
     """Sizes and the covariance family of a variational erf network.
 
+    The blocks of the flat vectors live in two
+    :class:`~sklearn_meanfield._layout.ParameterLayout` s, so that no code
+    computes an offset: :attr:`weights` splits a weight vector (or the rows
+    of a matrix with one row per weight) into the input-to-hidden weights
+    ``U`` (hidden unit by unit, the bias last) and the hidden-to-output
+    weights ``V``; :attr:`params` splits the variational parameters
+    ``theta`` into the mean ``mean``, the log diagonal ``log_diag`` and the
+    family's covariance factor: ``lower`` (the strictly lower triangle of the
+    Cholesky factor ``L``, row by row) for ``"full"``, ``factor`` (the
+    ``k x r`` matrix ``F``) for ``"lowrank"``, nothing for ``"diag"``.
+
     Parameters
     ----------
     n_inputs : int
@@ -292,12 +305,38 @@ class NetworkShape:
     covariance : {"full", "lowrank", "diag"}
     rank : int
         Rank of ``F`` for ``"lowrank"``.
+
+    Attributes
+    ----------
+    n_aug : int
+        ``n_inputs + 1``, the inputs with the bias.
+    n_u : int
+        Number of input-to-hidden weights ``n_hidden * n_aug``.
+    n_weights : int
+        Number of weights ``k``.
+    rank : int
+        Columns of the covariance factor (``k`` for ``"full"``, 0 for
+        ``"diag"``).
+    weights : ParameterLayout
+        Blocks ``U`` (n_hidden, n_aug) and ``V`` (n_hidden, n_outputs).
+    params : ParameterLayout
+        Blocks ``mean`` (k,), ``log_diag`` (k,) and ``lower`` (k (k - 1) / 2,)
+        or ``factor`` (k, rank).
+    n_params : int
+        Length of ``theta``.
+    joint : ParameterLayout
+        Blocks ``theta`` (n_params,), ``log_alpha`` (n_outputs,) and
+        ``log_lambda`` (n_inputs + 2,): the variables of
+        :func:`joint_negative_bound`.
+
     Examples
     --------
     >>> from sklearn_meanfield.variational._erf_network import NetworkShape
     >>> shape = NetworkShape(3, 4, 1, "full")
     >>> shape.n_weights, shape.n_params  # 4 * (3 + 1) + 4 weights
     (20, 230)
+    >>> shape.params.names, shape.weights.shapes
+    (('mean', 'log_diag', 'lower'), ((4, 4), (4, 1)))
     """
 
     def __init__(self, n_inputs, n_hidden, n_outputs, covariance="full", rank=2):
@@ -306,20 +345,29 @@ class NetworkShape:
         self.n_outputs = int(n_outputs)
         self.covariance = covariance
         self.n_aug = self.n_inputs + 1
-        self.n_u = self.n_hidden * self.n_aug
-        self.n_weights = self.n_u + self.n_hidden * self.n_outputs
-        k = self.n_weights
+        self.weights = ParameterLayout.of(
+            U=(self.n_hidden, self.n_aug), V=(self.n_hidden, self.n_outputs)
+        )
+        self.n_u = self.weights.sizes[0]
+        self.n_weights = k = self.weights.n_params
         if covariance == "full":
             self.rank = k
-            self.n_params = k + k + k * (k - 1) // 2
+            factor = {"lower": k * (k - 1) // 2}
         elif covariance == "lowrank":
             self.rank = int(min(rank, k))
-            self.n_params = 2 * k + k * self.rank
+            factor = {"factor": (k, self.rank)}
         elif covariance == "diag":
             self.rank = 0
-            self.n_params = 2 * k
+            factor = {}
         else:
             raise ValueError(f"unknown covariance {covariance!r}")
+        self.params = ParameterLayout.of(mean=k, log_diag=k, **factor)
+        self.n_params = self.params.n_params
+        self.joint = ParameterLayout.of(
+            theta=self.n_params,
+            log_alpha=self.n_outputs,
+            log_lambda=self.n_inputs + 2,
+        )
 
     @property
     def _tril(self):
@@ -350,19 +398,19 @@ def unpack(theta, shape):
     ((8,), (8, 8), True)
     """
     k = shape.n_weights
-    wbar = theta[:k]
+    blocks = shape.params.unpack(theta)
     # A wild L-BFGS trial step must not overflow exp (or underflow it to a
     # zero variance); the bound's optimum lies far inside this range.
-    log_diag = np.clip(theta[k : 2 * k], -20.0, 10.0)
+    log_diag = np.clip(blocks.log_diag, -20.0, 10.0)
     if shape.covariance == "full":
         F = np.zeros((k, k))
-        F[shape._tril] = theta[2 * k :]
+        F[shape._tril] = blocks.lower
         F[np.diag_indices(k)] = np.exp(log_diag)
     elif shape.covariance == "lowrank":
-        F = theta[2 * k :].reshape(k, shape.rank)
+        F = blocks.factor
     else:
         F = np.zeros((k, 0))
-    return wbar, log_diag, F
+    return blocks.mean, log_diag, F
 
 
 def _diag_part(log_diag, shape):
@@ -409,16 +457,17 @@ def init_params(shape, rng, init_std=0.1):
     U = rng.normal(scale=1.0 / np.sqrt(max(shape.n_inputs, 1)), size=(H, P))
     U[:, -1] = rng.normal(scale=0.5, size=H)
     V = rng.normal(scale=1.0 / np.sqrt(H), size=(H, M))
-    wbar = np.concatenate([U.ravel(), V.ravel()])
-    log_diag = np.full(k, np.log(init_std))
+    factor = {}
     if shape.covariance == "full":
-        rest = np.zeros(len(shape._tril[0]))
+        factor["lower"] = 0.0
     elif shape.covariance == "lowrank":
         # F = 0 is a stationary point of the bound, so start off it.
-        rest = rng.normal(scale=init_std / np.sqrt(shape.rank), size=k * shape.rank)
-    else:
-        rest = np.zeros(0)
-    return np.concatenate([wbar, log_diag, rest])
+        factor["factor"] = rng.normal(
+            scale=init_std / np.sqrt(shape.rank), size=(k, shape.rank)
+        )
+    return shape.params.pack(
+        mean=shape.weights.pack(U=U, V=V), log_diag=np.log(init_std), **factor
+    )
 
 
 def weight_groups(shape):
@@ -434,10 +483,9 @@ def weight_groups(shape):
     >>> weight_groups(NetworkShape(2, 2, 1)).tolist()
     [0, 1, 2, 0, 1, 2, 3, 3]
     """
-    H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
-    u_groups = np.tile(np.arange(P), H)
-    v_groups = np.full(H * M, P)
-    return np.concatenate([u_groups, v_groups])
+    P = shape.n_aug
+    # Every unit's weight from input d is in group d, its bias in group P - 1.
+    return shape.weights.pack(U=np.arange(P), V=P)
 
 
 def _local(X1, wbar, C, shape):
@@ -447,17 +495,26 @@ def _local(X1, wbar, C, shape):
     ``D_mkl = C[v_km, v_lm]``: two BLAS products with ``X1``.
     """
     H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
-    n, n_u = X1.shape[0], shape.n_u
-    Ubar = wbar[:n_u].reshape(H, P)
-    Vbar = wbar[n_u:].reshape(H, M)
+    n = X1.shape[0]
+    Ubar, Vbar = shape.weights.unpack(wbar)
     abar = X1 @ Ubar.T  # (n, H)
-    Cuu = C[:n_u, :n_u].reshape(H, P, H, P)
+    Cuu, Cvu, Cvv = _weight_blocks(C, shape)
     half = X1 @ Cuu.transpose(1, 0, 2, 3).reshape(P, H * H * P)  # (n, i j q)
     S = np.matmul(half.reshape(n, H * H, P), X1[:, :, None]).reshape(n, H, H)
-    Cvu = C[n_u:, :n_u].reshape(H, M, H, P)
     c = (X1 @ Cvu.transpose(3, 1, 0, 2).reshape(P, M * H * H)).reshape(n, M, H, H)
-    D = np.einsum("kmlm->mkl", C[n_u:, n_u:].reshape(H, M, H, M))
+    D = np.einsum("kmlm->mkl", Cvv)
     return dict(Ubar=Ubar, Vbar=Vbar, abar=abar, S=S, c=c, D=D)
+
+
+def _weight_blocks(C, shape):
+    """Views ``(C_uu, C_vu, C_vv)`` of a ``k x k`` matrix over the weights.
+
+    Of shapes (H, P, H, P), (H, M, H, P) and (H, M, H, M): row and column
+    indices split by :attr:`NetworkShape.weights`.
+    """
+    rows = shape.weights.unpack(C, axis=0)
+    u_columns, v_columns = shape.weights.unpack(rows.V)
+    return shape.weights.unpack(rows.U).U, u_columns, v_columns
 
 
 def _local_factored(X1, wbar, diag, F, shape):
@@ -469,21 +526,17 @@ def _local_factored(X1, wbar, diag, F, shape):
     ``u``) and ``D_mkl = F[v_km] . F[v_lm] + [k = l] d_(v_km)^2``: memory
     ``O(n H r + k r)`` instead of ``k^2``.
     """
-    H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
-    n_u = shape.n_u
-    Ubar = wbar[:n_u].reshape(H, P)
-    Vbar = wbar[n_u:].reshape(H, M)
+    Ubar, Vbar = shape.weights.unpack(wbar)
     abar = X1 @ Ubar.T
-    r = F.shape[1]
-    Fu = F[:n_u].reshape(H, P, r)
-    Fv = F[n_u:].reshape(H, M, r)
+    Fu, Fv = shape.weights.unpack(F, axis=0)  # (H, P, r), (H, M, r)
+    diag_u, diag_v = shape.weights.unpack(diag)
     A = np.einsum("np,ipr->nir", X1, Fu)
     S = np.einsum("nir,njr->nij", A, A)
-    idx = np.arange(H)
-    S[:, idx, idx] += (X1 * X1) @ diag[:n_u].reshape(H, P).T
+    idx = np.arange(shape.n_hidden)
+    S[:, idx, idx] += (X1 * X1) @ diag_u.T
     c = np.einsum("kmr,nir->nmki", Fv, A)
     D = np.einsum("kmr,lmr->mkl", Fv, Fv)
-    D[:, idx, idx] += diag[n_u:].reshape(H, M).T
+    D[:, idx, idx] += diag_v.T
     return dict(Ubar=Ubar, Vbar=Vbar, abar=abar, S=S, c=c, D=D, A=A)
 
 
@@ -647,7 +700,7 @@ def _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats, sample_weight
     gF1 = -alpha * T * weight  # d loss / d <f>
     g_U, g_vbar, g_S, g_c, g_D = _backward(loc, aux, gF1, gF2, X1)
     # Prior (as a loss) adds lam wbar to the mean gradient.
-    g_wbar = np.concatenate([g_U.ravel(), g_vbar.ravel()]) + lam * wbar
+    g_wbar = shape.weights.pack(U=g_U, V=g_vbar) + lam * wbar
     local = dict(
         g_wbar=g_wbar,
         g_S=g_S,
@@ -781,7 +834,6 @@ def negative_bound(
     )
     if not return_grad:
         return value
-    k = shape.n_weights
     F, diag = local["F"], local["diag"]
     # C = diag(d^2) + F F^T: dL/dF = 2 (dL/dC) F, dL/d(d^2) = diag(dL/dC).
     if shape.covariance == "full":
@@ -793,18 +845,19 @@ def negative_bound(
         g_diag = 0.5 * target_diag
 
     grad = np.empty_like(theta)
-    grad[:k] = local["g_wbar"]
+    blocks = shape.params.unpack(grad)
+    blocks.mean[:] = local["g_wbar"]
     if shape.covariance == "full":
         # Entropy: log|C| / 2 = sum log_diag; d L_jj / d log_diag_j = L_jj.
-        grad[k : 2 * k] = np.diagonal(g_F) * np.diagonal(F) - 1.0
-        grad[2 * k :] = g_F[shape._tril]
+        blocks.log_diag[:] = np.diagonal(g_F) * np.diagonal(F) - 1.0
+        blocks.lower[:] = g_F[shape._tril]
     else:
         CinvF, cinv_diag = local["woodbury"]
         # d log|C| / dF = 2 C^-1 F; d log|C| / d d_j^2 = (C^-1)_jj.
         g_diag = g_diag - 0.5 * cinv_diag
-        grad[k : 2 * k] = g_diag * 2.0 * diag
+        blocks.log_diag[:] = g_diag * 2.0 * diag
         if shape.covariance == "lowrank":
-            grad[2 * k :] = (g_F - CinvF).ravel()
+            blocks.factor[:] = g_F - CinvF
     return value, grad
 
 
@@ -899,25 +952,22 @@ def covariance_gradient_products(local, X1, lam, shape, V):
     diagonal : ndarray of shape (n_weights,)
     product : ndarray of shape (n_weights, r)
     """
-    H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
-    n_u = shape.n_u
     g_S, g_c, g_D = local["g_S"], local["g_c"], local["g_D"]
-    idx = np.arange(H)
-    diagonal = np.empty(shape.n_weights)
-    diagonal[:n_u] = 2.0 * (np.diagonal(g_S, axis1=1, axis2=2).T @ (X1 * X1)).ravel()
-    diagonal[n_u:] = 2.0 * g_D[:, idx, idx].T.ravel()
+    idx = np.arange(shape.n_hidden)
+    diagonal = shape.weights.pack(
+        U=2.0 * (np.diagonal(g_S, axis1=1, axis2=2).T @ (X1 * X1)),
+        V=2.0 * g_D[:, idx, idx].T,
+    )
     diagonal += lam
-    r = V.shape[1]
-    Vu = V[:n_u].reshape(H, P, r)
-    Vv = V[n_u:].reshape(H, M, r)
+    Vu, Vv = shape.weights.unpack(V, axis=0)  # (H, P, r), (H, M, r)
     B = np.einsum("nq,jqr->njr", X1, Vu)
     inner = np.einsum("nij,njr->nir", g_S + np.swapaxes(g_S, 1, 2), B)
     inner += np.einsum("nmki,kmr->nir", g_c, Vv)
     product = np.empty_like(V, dtype=float)
-    product[:n_u] = np.einsum("np,nir->ipr", X1, inner).reshape(n_u, r)
-    product_v = np.einsum("nmki,nir->kmr", g_c, B)
+    product_u, product_v = shape.weights.unpack(product, axis=0)
+    product_u[...] = np.einsum("np,nir->ipr", X1, inner)
+    product_v[...] = np.einsum("nmki,nir->kmr", g_c, B)
     product_v += np.einsum("mkl,lmr->kmr", g_D + np.swapaxes(g_D, 1, 2), Vv)
-    product[n_u:] = product_v.reshape(H * M, r)
     product += lam[:, None] * V
     return diagonal, product
 
@@ -925,21 +975,22 @@ def covariance_gradient_products(local, X1, lam, shape, V):
 def _covariance_gradient(local, X1, lam, shape):
     """``2 dL/dC`` (symmetric, prior included) from the local gradients."""
     H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
-    n, n_u, k = X1.shape[0], shape.n_u, shape.n_weights
+    n, k = X1.shape[0], shape.n_weights
     g_S, g_c, g_D = local["g_S"], local["g_c"], local["g_D"]
-    G = np.zeros((k, k))
+    G = np.zeros((k, k))  # its upper right block (u rows, v columns) stays 0
+    Guu, Gvu, Gvv = _weight_blocks(G, shape)
     # S_nij = x_n^T C[u_i, u_j] x_n: dL/dC[(i, p), (j, q)] = sum_n g_S x_np x_nq.
     weighted = g_S.reshape(n, H * H, 1) * X1[:, None, :]
-    Guu = np.tensordot(weighted, X1, axes=([0], [0])).reshape(H, H, P, P)
-    G[:n_u, :n_u] = Guu.transpose(0, 2, 1, 3).reshape(n_u, -1)
+    Guu[...] = (
+        np.tensordot(weighted, X1, axes=([0], [0]))
+        .reshape(H, H, P, P)
+        .transpose(0, 2, 1, 3)
+    )
     # c_nmki = sum_p C[v_km, (i, p)] x_np.
-    Gvu = np.tensordot(g_c, X1, axes=([0], [0]))  # (M, H, H, P): m, k, i, p
-    G[n_u:, :n_u] = Gvu.transpose(1, 0, 2, 3).reshape(H * M, -1)
+    Gvu[...] = np.tensordot(g_c, X1, axes=([0], [0])).transpose(1, 0, 2, 3)
     # D_mkl = C[v_km, v_lm].
-    Gvv = np.zeros((H, M, H, M))
     for m in range(M):
         Gvv[:, m, :, m] = g_D[m]
-    G[n_u:, n_u:] = Gvv.reshape(H * M, H * M)
     target = G + G.T  # 2 * the symmetric gradient
     target[np.diag_indices(k)] += lam
     return target
@@ -1081,11 +1132,9 @@ def joint_negative_bound(params, X1, T, shape, groups, sample_weight=None):
     >>> grad.shape == params.shape
     True
     """
-    n_theta = shape.n_params
-    M = shape.n_outputs
-    theta = params[:n_theta]
-    alpha = np.exp(params[n_theta : n_theta + M])
-    lam_groups = np.exp(params[n_theta + M :])
+    theta, log_alpha, log_lambda = shape.joint.unpack(params)
+    alpha = np.exp(log_alpha)
+    lam_groups = np.exp(log_lambda)
     stats = {}
     value, grad_theta = negative_bound(
         theta,
@@ -1103,7 +1152,9 @@ def joint_negative_bound(params, X1, T, shape, groups, sample_weight=None):
     # d(-F)/d log alpha_m = alpha_m sum_n l_nm / 2 - N / 2, likewise for lambda.
     grad_alpha = 0.5 * (alpha * stats["sq_err"] - n)
     grad_lam = 0.5 * (lam_groups * sums - counts)
-    return value, np.concatenate([grad_theta, grad_alpha, grad_lam])
+    return value, shape.joint.pack(
+        theta=grad_theta, log_alpha=grad_alpha, log_lambda=grad_lam
+    )
 
 
 def sample_outputs(X1, theta, shape, rng, n_draws):
@@ -1135,9 +1186,7 @@ def sample_outputs(X1, theta, shape, rng, n_draws):
     scale = np.sqrt(_diag_part(log_diag, shape))
     w = wbar + rng.standard_normal((n_draws, shape.n_weights)) * scale
     w = w + rng.standard_normal((n_draws, F.shape[1])) @ F.T
-    H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
-    U = w[:, : shape.n_u].reshape(n_draws, H, P)
-    V = w[:, shape.n_u :].reshape(n_draws, H, M)
+    U, V = shape.weights.unpack(w)  # (n_draws, H, P), (n_draws, H, M)
     hidden = erf(np.einsum("np,shp->snh", X1, U) / _SQRT2)
     return np.einsum("snh,shm->snm", hidden, V)
 

@@ -151,16 +151,17 @@ def params_from_precision(wbar, precision, shape):
     >>> bool(np.allclose(again, theta))
     True
     """
-    k = shape.n_weights
     if shape.covariance == "diag":
         if np.any(precision <= 0.0):
             raise LinAlgError("precision not positive")
-        return np.concatenate([wbar, -0.5 * np.log(precision)])
+        return shape.params.pack(mean=wbar, log_diag=-0.5 * np.log(precision))
     # J P J = K K^T (J reverses the order)  =>  C = (J K^-T J) (J K^-T J)^T with
     # J K^-T J lower triangular.
     K = cholesky(precision[::-1, ::-1], lower=True)
-    L = solve_triangular(K, np.eye(k), lower=True).T[::-1, ::-1]
-    return np.concatenate([wbar, np.log(np.diagonal(L)), L[shape._tril]])
+    L = solve_triangular(K, np.eye(shape.n_weights), lower=True).T[::-1, ::-1]
+    return shape.params.pack(
+        mean=wbar, log_diag=np.log(np.diagonal(L)), lower=L[shape._tril]
+    )
 
 
 @dataclass(frozen=True)
@@ -268,7 +269,7 @@ def _natural_step(
     stats, step``), or None when even ``_MIN_STEP`` does not help (converged,
     or stuck).
     """
-    wbar = theta[: shape.n_weights]
+    wbar = shape.params.unpack(theta).mean
     while step >= _MIN_STEP:
         try:
             if shape.covariance == "diag":
@@ -548,13 +549,13 @@ def _lbfgs_phase(problem, theta, alpha, lam, first, box):
     """One L-BFGS phase: ``Q`` alone (``first``), else ``Q`` and the log
     hyperparameters together; a phase that does not lower minus the bound
     leaves everything as it was.  Returns ``(theta, alpha, lam)``."""
-    n_theta = problem.shape.n_params
+    joint = problem.shape.joint
     weights = problem.sample_weight
     if first:
         start, objective, bounds = theta, negative_bound, None
         args = (*problem.args(alpha, lam), True, None, weights)
     else:
-        start = np.concatenate([theta, np.log(alpha), np.log(lam)])
+        start = joint.pack(theta=theta, log_alpha=np.log(alpha), log_lambda=np.log(lam))
         objective, bounds = joint_negative_bound, box
         args = (problem.X1, problem.T, problem.shape, problem.groups, weights)
     result = minimize(
@@ -567,10 +568,11 @@ def _lbfgs_phase(problem, theta, alpha, lam, first, box):
         options=dict(maxiter=_LBFGS_ITER_PER_PHASE),
     )
     if np.all(np.isfinite(result.x)) and result.fun <= objective(start, *args)[0]:
-        theta = result.x[:n_theta]
-        if not first:
-            alpha = np.exp(result.x[n_theta : n_theta + alpha.size])
-            lam = np.exp(result.x[n_theta + alpha.size :])
+        if first:
+            theta = result.x
+        else:
+            theta, log_alpha, log_lambda = joint.unpack(result.x)
+            alpha, lam = np.exp(log_alpha), np.exp(log_lambda)
     return theta, alpha, lam
 
 
