@@ -109,6 +109,13 @@ def test_solve_equals_the_dense_fitc_posterior(negative):
     Q = _rbf(X, Z) @ np.linalg.solve(_rbf(Z, Z), _rbf(Z, X))
     np.testing.assert_allclose(posterior.d, 1.3 - np.diag(Q), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(posterior.matvec(nu), K @ nu, rtol=1e-10)
+    index = np.arange(0, 60, 3)
+    part = posterior.subset(index).solve(tau[index], nu[index])
+    Sigma_part, mean_part, _ = _brute_posterior(
+        K[np.ix_(index, index)], *(tau[index], nu[index])
+    )
+    np.testing.assert_allclose(part.mean, mean_part, rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(part.var, np.diag(Sigma_part), rtol=1e-9)
     np.testing.assert_allclose(posterior.prior_var, np.diag(K), rtol=1e-12)
 
 
