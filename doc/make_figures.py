@@ -153,7 +153,7 @@ def ensemble_learning():
 def bethe_rbm():
     """Bethe log Z against the exact one, by enumeration, for small RBMs trained
     on binarised digits."""
-    from sklearn_meanfield.bethe._exact import exact_log_partition
+    from sklearn_meanfield.diagnostics import rbm_log_partition
 
     X, _ = load_digits(return_X_y=True)
     X = (X[:500] > 7).astype(float)
@@ -164,12 +164,7 @@ def bethe_rbm():
         for n_hidden in sizes:
             model = smf.BetheRBM(n_components=n_hidden, n_iter=n_iter, random_state=0)
             model.fit(X)
-            params = (
-                model.components_,
-                model.intercept_visible_,
-                model.intercept_hidden_,
-            )
-            exact.append(exact_log_partition(*params))
+            exact.append(rbm_log_partition(model))
             bethe.append(model.log_partition_function())
         exact, bethe = np.array(exact), np.array(bethe)
         label = f"{n_iter} epochs"

@@ -6,6 +6,7 @@ measured against; every supervised estimator reports a leave-one-out error that
 comes free with its fit.
 """
 
+from . import diagnostics
 from .bethe import BetheRBM
 from .hmc import HMCNetworkRegressor
 from .tap.gpc import TAPGaussianProcessClassifier
@@ -21,4 +22,5 @@ __all__ = [
     "TAPGaussianProcessClassifier",
     "TAPPerceptronClassifier",
     "__version__",
+    "diagnostics",
 ]

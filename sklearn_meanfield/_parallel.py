@@ -32,7 +32,6 @@ __all__ = [
     "factorisation_flops",
     "draw_seeds",
     "run_parallel",
-    "run_restarts",
     "select_best",
 ]
 
@@ -476,64 +475,6 @@ def run_parallel(function, tasks, *, n_jobs=None, verbose=0, prefer=None):
     [6, 20]
     """
     calls = ((tuple(task), {}) for task in tasks)
-    return _dispatch(function, calls, n_jobs=n_jobs, verbose=verbose, prefer=prefer)
-
-
-def run_restarts(
-    function,
-    n_restarts,
-    random_state,
-    *,
-    args=(),
-    kwargs=None,
-    n_jobs=None,
-    verbose=0,
-    prefer=None,
-):
-    """Run ``function(*args, seed=seed, **kwargs)`` once per independent seed.
-
-    The seeds are drawn from ``random_state`` up front with :func:`draw_seeds`,
-    so the list of results is identical for every ``n_jobs`` and every joblib
-    backend.
-
-    Parameters
-    ----------
-    function : callable
-        A module-level function taking a keyword argument ``seed`` (an int).
-    n_restarts : int
-        Number of independent runs.
-    random_state : None, int or numpy.random.RandomState
-        Source of the seeds.
-    args : tuple, default=()
-        Positional arguments shared by every run.
-    kwargs : dict or None, default=None
-        Keyword arguments shared by every run.
-    n_jobs : int or None, default=None
-        Number of workers (see :func:`run_parallel`).
-    verbose : int, default=0
-        joblib's verbosity.
-    prefer : {"processes", "threads"} or None, default=None
-        Soft hint for the default backend.
-
-    Returns
-    -------
-    results : list of length n_restarts
-        The return values, in seed order.
-
-    Examples
-    --------
-    >>> from sklearn_meanfield._parallel import run_restarts
-    >>> def first_draw(seed):
-    ...     import numpy as np
-    ...     return np.random.RandomState(seed).rand()
-    >>> a = run_restarts(first_draw, 3, random_state=0, n_jobs=1)
-    >>> b = run_restarts(first_draw, 3, random_state=0, n_jobs=2, prefer="threads")
-    >>> a == b
-    True
-    """
-    kwargs = {} if kwargs is None else dict(kwargs)
-    seeds = draw_seeds(random_state, n_restarts)
-    calls = ((tuple(args), {"seed": int(seed), **kwargs}) for seed in seeds)
     return _dispatch(function, calls, n_jobs=n_jobs, verbose=verbose, prefer=prefer)
 
 

@@ -25,7 +25,11 @@ from sklearn_meanfield import (
     TAPGaussianProcessClassifier,
     TAPPerceptronClassifier,
 )
-from sklearn_meanfield._parallel import blas_threads_per_worker, run_restarts
+from sklearn_meanfield._parallel import (
+    blas_threads_per_worker,
+    draw_seeds,
+    run_parallel,
+)
 
 distributed = pytest.importorskip("distributed")
 
@@ -66,10 +70,11 @@ def _blas_threads(seed):
 
 
 def test_restarts_on_dask_equal_local_and_limit_blas(client):
-    local = run_restarts(_noisy, 5, 3, args=(2.0,), n_jobs=1)
+    tasks = [(2.0, int(seed)) for seed in draw_seeds(3, 5)]
+    local = run_parallel(_noisy, tasks, n_jobs=1)
     with parallel_config(backend="dask"):
-        remote = run_restarts(_noisy, 5, 3, args=(2.0,))
-        threads = run_restarts(_blas_threads, 4, 0)
+        remote = run_parallel(_noisy, tasks)
+        threads = run_parallel(_blas_threads, [(int(s),) for s in draw_seeds(0, 4)])
     for a, b in zip(local, remote):
         np.testing.assert_array_equal(a, b)
     # Two tasks at a time on the cluster: each gets its share of the cores.

@@ -23,6 +23,7 @@ SHARED_MODULES = (
     "sklearn_meanfield._progress",
     "sklearn_meanfield._loo",
     "sklearn_meanfield._demo",
+    "sklearn_meanfield.diagnostics",
 )
 
 # numpydoc validation codes that must not occur.
