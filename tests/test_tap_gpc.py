@@ -28,6 +28,7 @@ from sklearn.preprocessing import StandardScaler
 
 from sklearn_meanfield import TAPGaussianProcessClassifier
 from sklearn_meanfield.tap._core import (
+    EPState,
     KernelPosterior,
     _AndersonMixing,
     _finish,
@@ -229,7 +230,8 @@ def test_converged_ep_reuses_its_last_log_normalisers_exactly(likelihood):
         KernelPosterior((C(2.0) * RBF(0.8))(X)), t, lik, tol=1e-8, max_iter=1000
     )
     assert solution.converged
-    fresh = _finish(solution.posterior, solution.tau, solution.nu, t, lik, 0, True)
+    state = EPState(solution.tau, solution.nu, solution.posterior)
+    fresh = _finish(state, t, lik, 0, True)
     np.testing.assert_array_equal(fresh.log_z, solution.log_z)
     assert fresh.log_evidence == solution.log_evidence
 

@@ -25,7 +25,7 @@ References
    Learning", MIT Press, 2006, algorithms 3.5 and 3.6.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -35,10 +35,16 @@ from scipy.linalg import LinAlgError, blas, cholesky, lapack, solve_triangular
 from ._weight_space import WeightSpacePosterior
 
 __all__ = [
+    "EPAcceleration",
+    "EPOptions",
+    "EPState",
     "KernelPosterior",
+    "SiteUpdate",
+    "Sweep",
     "WeightSpacePosterior",
     "PriorVariance",
     "TAPSolution",
+    "ep_sweep",
     "expectation_propagation",
     "mean_field_iteration",
     "ep_log_evidence",
@@ -380,8 +386,8 @@ class TAPSolution:
         the evidence and its derivative in the likelihood's parameters are
         computed).  None when unweighted (they are the cavities above).
     stopped : bool
-        Whether the run ended because its reporter asked to stop (with
-        ``honour_stop=True``); the best iterate is kept.
+        Whether the run ended because its ``on_iteration`` callable asked to
+        stop; the best iterate is kept.
     fixed_cavity_variance : bool
         True for :func:`mean_field_iteration` (a closure's cavity variance,
         the cavity mean ``<h_i> - lambda_i alpha_i``), False for EP.
@@ -488,33 +494,22 @@ def ep_log_evidence(
     True
     """
     total_precision = 1.0 / var  # tau + cavity_tau
-    if site_weights is not None:
-        w = site_weights
-        copy_tau, copy_nu = tau / w, nu / w  # one copy; total_precision too
-        return float(
-            np.sum(w * log_z)
-            + 0.5 * np.sum(w * (np.log(total_precision) - np.log(cavity_tau)))
-            - 0.5 * logdet
-            + 0.5 * nu @ mean
-            - 0.5 * np.sum(w * copy_nu**2 / total_precision)
-            + 0.5
-            * np.sum(
-                w
-                * cavity_mean
-                * cavity_tau
-                * (copy_tau * cavity_mean - 2.0 * copy_nu)
-                / total_precision
-            )
-        )
+    # w = 1 (a float) gives the unweighted terms bit for bit.
+    w = 1.0 if site_weights is None else site_weights
+    copy_tau, copy_nu = tau / w, nu / w  # one copy; total_precision too
     return float(
-        np.sum(log_z)
-        + 0.5 * np.sum(np.log(total_precision) - np.log(cavity_tau))
+        np.sum(w * log_z)
+        + 0.5 * np.sum(w * (np.log(total_precision) - np.log(cavity_tau)))
         - 0.5 * logdet
         + 0.5 * nu @ mean
-        - 0.5 * np.sum(nu**2 / total_precision)
+        - 0.5 * np.sum(w * copy_nu**2 / total_precision)
         + 0.5
         * np.sum(
-            cavity_mean * cavity_tau * (tau * cavity_mean - 2.0 * nu) / total_precision
+            w
+            * cavity_mean
+            * cavity_tau
+            * (copy_tau * cavity_mean - 2.0 * copy_nu)
+            / total_precision
         )
     )
 
@@ -612,49 +607,13 @@ class _AndersonMixing:
 _QUIET_OVERFLOW = np.errstate(over="ignore", invalid="ignore", divide="ignore")
 
 
-@_QUIET_OVERFLOW
-def expectation_propagation(
-    posterior,
-    t,
-    likelihood,
-    *,
-    tau=None,
-    nu=None,
-    max_iter=200,
-    tol=1e-6,
-    damping=0.8,
-    reporter=None,
-    power=1.0,
-    site_steps=False,
-    patience=None,
-    fallback=None,
-    anderson_memory=3,
-    site_weights=None,
-    honour_stop=False,
-    weights_below_power="auto",
-):
-    """Solve the adaptive TAP / EP equations with parallel damped updates.
+@dataclass(frozen=True)
+class EPOptions:
+    """Options of :func:`expectation_propagation` (frozen: ``replace`` makes
+    variants).
 
-    All sites are updated at once from their cavities, then the posterior is
-    recomputed with one Cholesky factorisation (``O(n^3)`` BLAS work a sweep).
-    Once the residual is below 0.5, each sweep first tries the
-    Anderson-accelerated sites (a least-squares combination of the last few
-    sweeps); when they would make the posterior improper, or have more than
-    doubled the residual (then they are undone), the damped step is taken
-    instead, halved until the posterior is proper, and the damping is
-    tightened when the residual grows (oscillation).  The iterate with the
-    smallest residual is kept.
-
-    Parameters
+    Attributes
     ----------
-    posterior : KernelPosterior or compatible
-        Provides ``n``, ``solve(tau, nu)``.
-    t : ndarray of shape (n,)
-        Targets passed to ``likelihood.moments`` (labels +-1).
-    likelihood : object
-        Provides ``moments(t, cavity_mean, cavity_var)``.
-    tau, nu : ndarray of shape (n,) or None
-        Warm start (e.g. the previous solution during hyperparameter search).
     max_iter : int, default=200
         Maximum number of sweeps.
     tol : float, default=1e-6
@@ -662,11 +621,9 @@ def expectation_propagation(
         standard deviations and no log variance by more than ``tol``.
     damping : float in (0, 1], default=0.8
         Initial fraction of the proposed site change that is taken.
-    reporter : callable or None
-        ``reporter(level, message, *args)`` for progress at verbose >= 2.
     power : float in (0, 1], default=1.0
         Fractional (power) EP: each cavity removes only ``power`` times its
-        site, and ``likelihood`` must then be the likelihood raised to
+        site, and the likelihood must then be the likelihood raised to
         ``power`` (Minka's power EP, an alpha-divergence projection).  Its
         fixed points are more stable for likelihoods that are not
         log-concave; 1 is plain EP.  The returned cavities remove the whole
@@ -678,32 +635,9 @@ def expectation_propagation(
     patience : int or None, default=None
         Stop early (not converged) when the smallest residual has not halved
         in this many sweeps.
-    fallback : tuple of two ndarrays or None, default=None
-        Sites ``(tau, nu)`` to start from when the warm start ``tau, nu``
-        makes the posterior improper (an extrapolated warm start may); after
-        them, zero sites.
     anderson_memory : int, default=3
         Number of past sweeps the Anderson acceleration combines; 0 gives
         the plain damped iteration.  Not used with ``site_steps``.
-    site_weights : ndarray of shape (n,) or None, default=None
-        Positive weights, scikit-learn's ``sample_weight``: site ``i``
-        stands for the likelihood raised to ``w_i``, and for an integer
-        weight the fixed point, the evidence and its gradient are those of
-        EP on the data with point ``i`` repeated ``w_i`` times (``k``
-        identical copies at a symmetric fixed point are one site with ``k``
-        times their natural parameters).  It is power EP with power
-        ``power / w_i`` on ``p**w_i``: the cavity removes ``power * tau_i /
-        w_i``, the tilted distribution uses ``likelihood`` itself (``p**power``)
-        and the site update is multiplied by ``w_i / power``.  The returned
-        ``cavity_mean``/``cavity_var``/``log_z`` remove the *whole* weighted
-        site (the fit without point ``i``: leave-one-out); the one-copy
-        cavities are ``copy_cavity_mean``/``copy_cavity_var``.  None, or all
-        ones, is the unweighted iteration, bit for bit.  A weight below
-        ``power`` would need a power above one (a cavity removing more than
-        the site, improper where the site outweighs the rest of the
-        posterior); ``weights_below_power`` says what is done instead.
-        Zero weights are refused (drop the points, see
-        :func:`positive_site_weights`).
     weights_below_power : {"auto", "tempered", "power"}, default="auto"
         Sites of weight below ``power``: ``"power"`` keeps power EP with
         power ``power / w_i`` above one, which is consistent under
@@ -716,11 +650,292 @@ def expectation_propagation(
         :func:`merge_identical_points` to keep repeated rows equal to their
         weighted form); ``"auto"`` is ``"tempered"`` where the power has a
         closed form (the step) and ``"power"`` otherwise.
-    honour_stop : bool, default=False
-        Stop (not converged, the best iterate kept, ``stopped=True``) when
-        ``reporter`` returns True for a sweep, i.e. when a scikit-learn
-        callback asks to stop (:meth:`ProgressReporter.steps_at
-        <sklearn_meanfield._progress.ProgressReporter.steps_at>`).
+    """
+
+    max_iter: int = 200
+    tol: float = 1e-6
+    damping: float = 0.8
+    power: float = 1.0
+    site_steps: bool = False
+    patience: int | None = None
+    anderson_memory: int = 3
+    weights_below_power: str = "auto"
+
+
+class Sweep(NamedTuple):
+    """One sweep of an iteration, as its ``on_iteration`` callable sees it.
+
+    ``str(sweep)`` is the progress line printed at ``verbose=2``.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield.tap._core import Sweep
+    >>> str(Sweep("EP", 3, 0.0123, 0.8))
+    'EP sweep 3: residual 0.0123, step 0.80'
+    """
+
+    solver: str  # "EP" or "mean-field"
+    number: int  # 1, 2, ...
+    residual: float
+    step: float | None = None  # the damped step (EP)
+
+    def __str__(self):
+        text = f"{self.solver} sweep {self.number}: residual {self.residual:.3g}"
+        return text if self.step is None else f"{text}, step {self.step:.2f}"
+
+
+@dataclass
+class EPState:
+    """Sites ``(tau, nu)`` and the posterior solved for them."""
+
+    tau: np.ndarray
+    nu: np.ndarray
+    solution: object
+
+
+class SiteUpdate(NamedTuple):
+    """What one sweep proposes: new sites, which of them are valid (a
+    proper cavity and a finite update; the others keep their value), the
+    tilted log normalisers and the residual of the change."""
+
+    tau: np.ndarray
+    nu: np.ndarray
+    valid: np.ndarray
+    log_z: np.ndarray
+    residual: float
+
+
+def ep_sweep(state, t, tilted, site_power, site_weights=None):
+    """One parallel sweep of site updates from the cavities.
+
+    Every cavity removes ``site_power`` of its site; the tilted moments of
+    ``tilted`` give the moment-matched sites (GPy's EP ``_local_updates``,
+    all sites at once).  ``site_weights`` (None: all one) measure the
+    residual on one copy of each site.
+
+    Returns
+    -------
+    SiteUpdate
+    """
+    tau, nu = state.tau, state.nu
+    cavity_tau, cavity_nu = _cavities(state.solution, site_power * tau, site_power * nu)
+    valid = cavity_tau > 0
+    cavity_var = np.where(valid, 1.0 / np.where(valid, cavity_tau, 1.0), 1.0)
+    cavity_mean = cavity_nu * cavity_var
+    log_z, first, second = tilted.moments(t, cavity_mean, cavity_var)
+    denominator = site_power * _tilted_variance_ratio(cavity_var, second)
+    proposed_tau = second / denominator
+    proposed_nu = (first + cavity_mean * second) / denominator
+    # A site whose update overflows (a noise-free step site of a point
+    # that cannot be classified, its cavity collapsed) keeps its value.
+    valid &= np.isfinite(proposed_tau) & np.isfinite(proposed_nu)
+    new_tau = np.where(valid, proposed_tau, tau)
+    new_nu = np.where(valid, proposed_nu, nu)
+    if site_weights is None:
+        residual = _residual(state.solution, new_tau, new_nu, tau, nu)
+    else:  # measured on one copy, as for the repeated points
+        share = np.minimum(1.0, 1.0 / site_weights)
+        residual = _residual(
+            state.solution, share * new_tau, share * new_nu, share * tau, share * nu
+        )
+    return SiteUpdate(new_tau, new_nu, valid, log_z, residual)
+
+
+class _Best(NamedTuple):
+    residual: float
+    state: EPState
+
+
+class _Undo(NamedTuple):
+    """The sweep an accelerated step started from (to undo it)."""
+
+    state: EPState
+    update: SiteUpdate
+
+
+class EPAcceleration:
+    """How EP moves from one sweep's proposal to the next sites.
+
+    Holds the damping schedule (one step for all sites, shrunk on
+    oscillation, or one per site), the Anderson mixing of the last sweeps
+    (tried once the residual is below ``_ANDERSON_MAX_RESIDUAL``, undone when
+    it multiplies the residual by more than ``_ANDERSON_REJECT_RATIO``), the
+    best iterate so far and the patience count.
+
+    Parameters
+    ----------
+    options : EPOptions
+    n : int
+        Number of sites.
+    """
+
+    def __init__(self, options, n):
+        self.options = options
+        self.step = float(options.damping)
+        self.steps = np.full(n, self.step) if options.site_steps else None
+        self._last_change = np.zeros((2, n))
+        memory = options.anderson_memory
+        self._mixing = _AndersonMixing(memory) if memory > 0 else None
+        self._undo = None  # the state an accelerated sweep started from
+        self._previous_residual = np.inf
+        self._halved_at = (np.inf, 0)  # (residual, sweep) when the best halved
+        self.best = None
+
+    def record(self, state, residual, n_iter):
+        """Keep the best iterate; note when the best residual halves."""
+        if self.best is None or residual < self.best.residual:
+            self.best = _Best(residual, state)
+        if residual <= 0.5 * self._halved_at[0]:
+            self._halved_at = (residual, n_iter)
+
+    def stalled(self, n_iter):
+        """Whether the best residual has not halved within ``patience``."""
+        patience = self.options.patience
+        return patience is not None and n_iter - self._halved_at[1] > patience
+
+    def advance(self, posterior, state, update):
+        """The next :class:`EPState`, or None when no step keeps the
+        posterior proper."""
+        residual = update.residual
+        rejected = (
+            self._undo is not None
+            and residual > _ANDERSON_REJECT_RATIO * self._undo.update.residual
+        )
+        if rejected:
+            # The accelerated sweep made things worse: undo it, and take the
+            # damped step from where it started, with a fresh history.
+            state, update = self._undo
+            residual = update.residual
+            self._mixing.restart()
+        self._undo = None
+        if not rejected:
+            self.step = _next_step(
+                self.step, residual, self._previous_residual, self.options.damping
+            )
+        self._previous_residual = residual
+        if self.options.site_steps:
+            self._update_site_steps(state, update)
+        trial = None
+        if self._mixing is not None and not self.options.site_steps and not rejected:
+            trial = self._accelerate(posterior, state, update)
+        if trial is not None:
+            return trial
+        return self._damped(posterior, state, update)
+
+    def _update_site_steps(self, state, update):
+        change = np.stack([update.tau - state.tau, update.nu - state.nu])
+        last = self._last_change
+        # Opposite signs, compared without a product (which overflows for
+        # the huge changes of near-hard-constraint sites).
+        reversed_ = np.any(
+            ((change > 0) & (last < 0)) | ((change < 0) & (last > 0)), axis=0
+        )
+        self.steps = np.where(
+            reversed_,
+            np.maximum(0.5 * self.steps, 0.01),
+            np.minimum(1.2 * self.steps, self.options.damping),
+        )
+        self._last_change = change
+
+    def _accelerate(self, posterior, state, update):
+        """The Anderson-accelerated state, or None."""
+        accelerated = _accelerated(
+            self._mixing, state.solution, state.tau, state.nu, update.tau, update.nu
+        )
+        # Far from the fixed point (a cold start) the history misleads:
+        # damp, and start it afresh.
+        if update.residual > _ANDERSON_MAX_RESIDUAL:
+            self._mixing.restart()
+            return None
+        if accelerated is None:
+            return None
+        trial = _proper_solution(posterior, *accelerated)
+        if trial is None:
+            self._mixing.restart()
+            return None
+        self._undo = _Undo(state, update)
+        return EPState(*accelerated, trial)
+
+    def _damped(self, posterior, state, update):
+        """The damped step, halved until the posterior is proper."""
+        trial_step = self.steps if self.options.site_steps else self.step
+        tau, nu = state.tau, state.nu
+        while np.max(trial_step) >= 1e-4:
+            trial_tau = tau + trial_step * (update.tau - tau)
+            trial_nu = nu + trial_step * (update.nu - nu)
+            trial = _proper_solution(posterior, trial_tau, trial_nu)
+            if trial is not None:
+                return EPState(trial_tau, trial_nu, trial)
+            trial_step = 0.5 * trial_step
+        return None
+
+
+def _starting_state(posterior, start):
+    """The first of the warm starts ``start`` whose posterior is proper,
+    else zero sites (the prior)."""
+    for tau, nu in start or ():
+        tau, nu = np.array(tau, dtype=float), np.array(nu, dtype=float)
+        try:
+            solution = posterior.solve(tau, nu)
+        except LinAlgError:  # an invalid warm start: try the next one
+            continue
+        if np.all(solution.var > 0):
+            return EPState(tau, nu, solution)
+    tau, nu = np.zeros(posterior.n), np.zeros(posterior.n)
+    return EPState(tau, nu, posterior.solve(tau, nu))
+
+
+@_QUIET_OVERFLOW
+def expectation_propagation(
+    posterior,
+    t,
+    likelihood,
+    options=None,
+    *,
+    start=None,
+    site_weights=None,
+    on_iteration=None,
+    **overrides,
+):
+    """Solve the adaptive TAP / EP equations with parallel damped updates.
+
+    The driver: each sweep proposes new sites from the cavities
+    (:func:`ep_sweep`), :class:`EPAcceleration` takes the accelerated or
+    damped step to the next sites and solves their posterior; the iterate
+    with the smallest residual is kept.
+
+    Posterior interface
+    -------------------
+    ``posterior`` needs ``n`` (the number of sites) and ``solve(tau, nu)``,
+    which raises ``LinAlgError`` when ``K^-1 + diag(tau)`` is not positive
+    definite and otherwise returns a solution with ``mean``, ``var`` (the
+    marginals, arrays of shape (n,)), ``logdet`` (``log|I + K S|``),
+    ``variance_reduction(K_cross)`` (row-wise ``k*^T (K + S^-1)^-1 k*``, for
+    predictions), ``site_correction()`` (``S - S Sigma S``, for the evidence
+    gradient) and ``release()`` (drop what predictions do not need).
+    :func:`mean_field_iteration` also needs ``matvec(alpha)`` and
+    ``prior_var``; the perceptron's restarts ``subset(index)``.
+
+    Parameters
+    ----------
+    posterior : KernelPosterior or compatible
+    t : ndarray of shape (n,)
+        Targets passed to ``likelihood.moments(t, cavity_mean, cavity_var)``.
+    likelihood : object
+    options : EPOptions or None, default=None
+    start : sequence of (tau, nu) pairs or None, default=None
+        Warm starts: the first whose posterior is proper, else zero sites.
+    site_weights : ndarray of shape (n,) or None, default=None
+        Positive weights (``sample_weight``): site ``i`` is the likelihood
+        to the power ``w_i`` (power EP with power ``power / w_i``, see
+        :func:`_tilted_sites`): integer weights are repeated points.  The
+        cavities remove whole sites (leave-one-out), ``copy_cavity_*`` one
+        copy.  None or all ones: the unweighted iteration, bit for bit.
+    on_iteration : callable or None, default=None
+        ``on_iteration(sweep)`` after every sweep (a :class:`Sweep`); True
+        stops the run (the best iterate kept, ``stopped=True``).
+    **overrides
+        Fields of :class:`EPOptions` replacing those of ``options``.
 
     Returns
     -------
@@ -728,12 +943,8 @@ def expectation_propagation(
 
     Examples
     --------
-    Noise-free step labels on four points: the sites make every posterior
-    mean field agree with its label.
-
     >>> import numpy as np
-    >>> from sklearn_meanfield.tap._core import (
-    ...     KernelPosterior, expectation_propagation)
+    >>> from sklearn_meanfield.tap._core import KernelPosterior
     >>> from sklearn_meanfield.tap._likelihoods import make_likelihood
     >>> x = np.array([-1.5, -0.5, 0.5, 1.5])
     >>> K = np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2)
@@ -742,159 +953,38 @@ def expectation_propagation(
     >>> solution.converged, bool(np.all(np.sign(solution.mean) == np.sign(x)))
     (True, True)
     """
-    n = posterior.n
-    w = _check_site_weights(site_weights, n)
+    options = replace(options or EPOptions(), **overrides)
+    w = _check_site_weights(site_weights, posterior.n)
     # Per-site power of power EP (power / w removes one copy of a weighted
     # site) and the likelihood of the tilted distributions.
-    site_power, tilted = _tilted_sites(likelihood, w, power, weights_below_power)
-    tau = np.zeros(n) if tau is None else np.array(tau, dtype=float)
-    nu = np.zeros(n) if nu is None else np.array(nu, dtype=float)
-    warm_starts = [(tau, nu)]
-    if fallback is not None:
-        warm_starts.append(tuple(np.array(sites, dtype=float) for sites in fallback))
-    for tau, nu in warm_starts:
-        try:
-            solution = posterior.solve(tau, nu)
-        except LinAlgError:  # an invalid warm start: try the next one
-            continue
-        if np.all(solution.var > 0):
-            break
-    else:  # no valid warm start: start afresh from the prior
-        tau, nu = np.zeros(n), np.zeros(n)
-        solution = posterior.solve(tau, nu)
-
-    best = None
-    previous_residual = np.inf
-    step = float(damping)
-    steps = np.full(n, step) if site_steps else None
-    last_change = np.zeros((2, n))
-    mixing = _AndersonMixing(anderson_memory) if anderson_memory > 0 else None
-    before_acceleration = None  # the state an accelerated sweep started from
-    halved_at = (np.inf, 0)  # (residual, sweep) when the best last halved
+    site_power, tilted = _tilted_sites(
+        likelihood, w, options.power, options.weights_below_power
+    )
+    state = _starting_state(posterior, start)
+    acceleration = EPAcceleration(options, posterior.n)
     converged = stopped = False
-    for n_iter in range(1, max_iter + 1):
-        cavity_tau, cavity_nu = _cavities(solution, site_power * tau, site_power * nu)
-        valid = cavity_tau > 0
-        cavity_var = np.where(valid, 1.0 / np.where(valid, cavity_tau, 1.0), 1.0)
-        cavity_mean = cavity_nu * cavity_var
-        log_z, first, second = tilted.moments(t, cavity_mean, cavity_var)
-        denominator = site_power * _tilted_variance_ratio(cavity_var, second)
-        proposed_tau = second / denominator
-        proposed_nu = (first + cavity_mean * second) / denominator
-        # A site whose update overflows (a noise-free step site of a point
-        # that cannot be classified, its cavity collapsed) keeps its value.
-        valid &= np.isfinite(proposed_tau) & np.isfinite(proposed_nu)
-        new_tau = np.where(valid, proposed_tau, tau)
-        new_nu = np.where(valid, proposed_nu, nu)
-        if w is None:
-            residual = _residual(posterior, solution, new_tau, new_nu, tau, nu)
-        else:  # measured on one copy, as for the repeated points
-            share = np.minimum(1.0, 1.0 / w)
-            residual = _residual(
-                posterior,
-                solution,
-                share * new_tau,
-                share * new_nu,
-                share * tau,
-                share * nu,
-            )
-        state = (residual, tau, nu, solution)
-        if best is None or residual < best[0]:
-            best = state
-        if residual <= 0.5 * halved_at[0]:
-            halved_at = (residual, n_iter)
-        stop = False
-        if reporter is not None:
-            stop = reporter(
-                2, "EP sweep %d: residual %.3g, step %.2f", n_iter, residual, step
-            )
-        if residual < tol and np.all(valid):
+    for n_iter in range(1, options.max_iter + 1):
+        update = ep_sweep(state, t, tilted, site_power, w)
+        acceleration.record(state, update.residual, n_iter)
+        sweep = Sweep("EP", n_iter, update.residual, acceleration.step)
+        stop = on_iteration is not None and on_iteration(sweep)
+        if update.residual < options.tol and np.all(update.valid):
             converged = True
             break
-        if honour_stop and stop is True:
+        if stop:
             stopped = True
             break
-        if patience is not None and n_iter - halved_at[1] > patience:
+        if acceleration.stalled(n_iter):
             break
-        rejected = (
-            before_acceleration is not None
-            and residual > _ANDERSON_REJECT_RATIO * before_acceleration[0]
-        )
-        if rejected:
-            # The accelerated sweep made things worse: undo it, and take the
-            # damped step from where it started, with a fresh history.
-            residual, tau, nu, solution, new_tau, new_nu = before_acceleration
-            mixing.restart()
-        before_acceleration = None
-        if not rejected:
-            step = _next_step(step, residual, previous_residual, damping)
-        previous_residual = residual
-        if site_steps:
-            change = np.stack([new_tau - tau, new_nu - nu])
-            # Opposite signs, compared without a product (which overflows for
-            # the huge changes of near-hard-constraint sites).
-            reversed_ = np.any(
-                ((change > 0) & (last_change < 0)) | ((change < 0) & (last_change > 0)),
-                axis=0,
-            )
-            steps = np.where(
-                reversed_,
-                np.maximum(0.5 * steps, 0.01),
-                np.minimum(1.2 * steps, damping),
-            )
-            last_change = change
-        trial = None
-        if mixing is not None and not site_steps and not rejected:
-            accelerated = _accelerated(mixing, solution, tau, nu, new_tau, new_nu)
-            # Far from the fixed point (a cold start) the history misleads:
-            # damp, and start it afresh.
-            if residual > _ANDERSON_MAX_RESIDUAL:
-                mixing.restart()
-            elif accelerated is not None:
-                trial_tau, trial_nu = accelerated
-                trial = _proper_solution(posterior, trial_tau, trial_nu)
-                if trial is None:
-                    mixing.restart()
-                else:
-                    before_acceleration = (
-                        residual,
-                        tau,
-                        nu,
-                        solution,
-                        new_tau,
-                        new_nu,
-                    )
-        trial_step = steps if site_steps else step
-        while trial is None and np.max(trial_step) >= 1e-4:
-            trial_tau = tau + trial_step * (new_tau - tau)
-            trial_nu = nu + trial_step * (new_nu - nu)
-            trial = _proper_solution(posterior, trial_tau, trial_nu)
-            trial_step = 0.5 * trial_step
-        if trial is None:
+        state = acceleration.advance(posterior, state, update)
+        if state is None:
             break
-        tau, nu, solution = trial_tau, trial_nu, trial
-    if converged:
-        # The last sweep's log normalisers belong to these very cavities (one
-        # copy of each site removed when power is 1): no second pass over the
-        # likelihood.
-        known_log_z = log_z if power == 1.0 else None
-    else:
-        _, tau, nu, solution = best
-        known_log_z = None
-    finished = _finish(
-        solution,
-        tau,
-        nu,
-        t,
-        likelihood,
-        n_iter,
-        converged,
-        known_log_z,
-        site_weights=w,
-        weights_below_power=weights_below_power,
-    )
-    finished.stopped = stopped
-    return finished
+    final = state if converged else acceleration.best.state
+    # Converged: the last sweep's log normalisers belong to these very
+    # cavities (one copy of each site removed when power is 1).
+    known = update.log_z if converged and options.power == 1.0 else None
+    mode = options.weights_below_power
+    return _finish(final, t, likelihood, n_iter, converged, known, w, mode, stopped)
 
 
 def _proper_solution(posterior, tau, nu):
@@ -948,7 +1038,7 @@ def _tilted_variance_ratio(cavity_var, second):
     return np.maximum(1.0 - cavity_var * second, _MIN_TILTED_VARIANCE_RATIO)
 
 
-def _residual(posterior, solution, new_tau, new_nu, tau, nu):
+def _residual(solution, new_tau, new_nu, tau, nu):
     """Size of a proposed site change, in units of the posterior marginals.
 
     Measured on the marginals ``N(mu_i, var_i)`` that site ``i`` alone would
@@ -969,35 +1059,36 @@ def _residual(posterior, solution, new_tau, new_nu, tau, nu):
     return float(values.max()) if values.size else np.inf
 
 
-@_QUIET_OVERFLOW
-def _finish(
-    solution,
-    tau,
-    nu,
-    t,
-    likelihood,
-    n_iter,
-    converged,
-    log_z=None,
-    site_weights=None,
-    weights_below_power="auto",
-):
-    """The :class:`TAPSolution` of sites ``(tau, nu)`` and their posterior.
+class _FinalCavities(NamedTuple):
+    """The cavities of a final EP state: whole sites removed and, with
+    weights, one copy of each (``beta``: its share, ``tilted``: the tilted
+    likelihood).  Points without a proper cavity (``repaired``) fall back on
+    their posterior marginal, their sites set to zero."""
 
-    ``log_z``, when given, holds the log normalisers at the cavities that
-    remove one copy of each site (the whole site when unweighted);
-    ``site_weights`` is None or a checked array of positive weights.
-    """
-    w = site_weights
+    tau: np.ndarray
+    nu: np.ndarray
+    cavity_tau: np.ndarray
+    cavity_nu: np.ndarray
+    copy_tau: object
+    copy_nu: object
+    beta: object
+    tilted: object
+    repaired: bool
+
+
+def _final_cavities(state, likelihood, w, weights_below_power):
+    solution, tau, nu = state.solution, state.tau, state.nu
     cavity_tau, cavity_nu = _cavities(solution, tau, nu)
     # A best iterate of a run that did not converge may hold sites that leave
     # no proper cavity; those points fall back on their posterior marginal.
     invalid = ~(cavity_tau > 0)
+    beta = tilted = copy_tau = copy_nu = None
     if w is not None:
         beta, tilted = _tilted_sites(likelihood, w, 1.0, weights_below_power)
         copy_tau, copy_nu = _cavities(solution, beta * tau, beta * nu)
         invalid |= ~(copy_tau > 0)
-    if np.any(invalid):
+    repaired = bool(np.any(invalid))
+    if repaired:
         tau = np.where(invalid, 0.0, tau)
         nu = np.where(invalid, 0.0, nu)
         cavity_tau = np.where(invalid, 1.0 / solution.var, cavity_tau)
@@ -1005,47 +1096,63 @@ def _finish(
         if w is not None:
             copy_tau = np.where(invalid, cavity_tau, copy_tau)
             copy_nu = np.where(invalid, cavity_nu, copy_nu)
-    cavity_var = 1.0 / cavity_tau
-    cavity_mean = cavity_nu * cavity_var
-    if log_z is None or np.any(invalid):
+    return _FinalCavities(
+        tau, nu, cavity_tau, cavity_nu, copy_tau, copy_nu, beta, tilted, repaired
+    )
+
+
+@_QUIET_OVERFLOW
+def _finish(
+    state,
+    t,
+    likelihood,
+    n_iter,
+    converged,
+    log_z=None,
+    site_weights=None,
+    weights_below_power="auto",
+    stopped=False,
+):
+    """The :class:`TAPSolution` of an :class:`EPState`.
+
+    ``log_z``, when given, holds the log normalisers at the cavities that
+    remove one copy of each site (the whole site when unweighted);
+    ``site_weights`` is None or a checked array of positive weights.
+    """
+    w = site_weights
+    solution = state.solution
+    c = _final_cavities(state, likelihood, w, weights_below_power)
+    cavity_var = 1.0 / c.cavity_tau
+    cavity_mean = c.cavity_nu * cavity_var
+    if c.repaired:
         log_z = None
     copy_mean = copy_var = None
     if w is None:
         if log_z is None:
             log_z, _, _ = likelihood.moments(t, cavity_mean, cavity_var)
-        log_evidence = ep_log_evidence(
-            log_z,
-            tau,
-            nu,
-            cavity_mean,
-            cavity_tau,
-            solution.mean,
-            solution.var,
-            solution.logdet,
-        )
+        evidence_terms = (log_z, c.tau, c.nu, cavity_mean, c.cavity_tau)
+        evidence_weights = None
     else:
-        copy_var = 1.0 / copy_tau
-        copy_mean = copy_nu * copy_var
+        copy_var = 1.0 / c.copy_tau
+        copy_mean = c.copy_nu * copy_var
         copy_log_z = log_z
         if copy_log_z is None:
-            copy_log_z, _, _ = tilted.moments(t, copy_mean, copy_var)
-        log_evidence = ep_log_evidence(
-            copy_log_z,
-            tau,
-            nu,
-            copy_mean,
-            copy_tau,
-            solution.mean,
-            solution.var,
-            solution.logdet,
-            site_weights=1.0 / beta,
-        )
+            copy_log_z, _, _ = c.tilted.moments(t, copy_mean, copy_var)
+        evidence_terms = (copy_log_z, c.tau, c.nu, copy_mean, c.copy_tau)
+        evidence_weights = 1.0 / c.beta
         # Leave-one-out: the whole weighted site removed.
         log_z, _, _ = likelihood.moments(t, cavity_mean, cavity_var)
+    log_evidence = ep_log_evidence(
+        *evidence_terms,
+        solution.mean,
+        solution.var,
+        solution.logdet,
+        site_weights=evidence_weights,
+    )
     return TAPSolution(
-        tau=tau,
-        nu=nu,
-        alpha=nu - tau * solution.mean,
+        tau=c.tau,
+        nu=c.nu,
+        alpha=c.nu - c.tau * solution.mean,
         mean=solution.mean,
         var=solution.var,
         cavity_mean=cavity_mean,
@@ -1059,6 +1166,7 @@ def _finish(
         weights_below_power=weights_below_power,
         copy_cavity_mean=copy_mean,
         copy_cavity_var=copy_var,
+        stopped=stopped,
     )
 
 
@@ -1223,8 +1331,26 @@ def merge_identical_points(X, y_index, keep, weights):
     """
     if len(keep) < 2:
         return None
-    rows = X[keep]
-    labels = y_index[keep]
+    inverse = _identical_groups(X[keep], y_index[keep])
+    if inverse is None:
+        return None
+    n_groups = int(inverse.max()) + 1
+    kept_weights = np.ones(len(keep)) if weights is None else weights[keep]
+    totals = np.bincount(inverse, weights=kept_weights, minlength=n_groups)
+    first = np.full(n_groups, len(keep))
+    np.minimum.at(first, inverse, np.arange(len(keep)))
+    return MergedPoints(
+        rows=keep[first],
+        site_weights=totals,
+        kept=keep,
+        group=inverse,
+        share=kept_weights / totals[inverse],
+    )
+
+
+def _identical_groups(rows, labels):
+    """Each row's group of identical (rows, label), numbered in order of
+    first occurrence, or None when all rows are distinct."""
     if sparse.issparse(rows):
         rows = sparse.csr_array(rows)
         rows.eliminate_zeros()
@@ -1236,7 +1362,7 @@ def merge_identical_points(X, y_index, keep, weights):
     candidates = np.flatnonzero(key_counts[key_index] > 1)
     if len(candidates) == 0:
         return None
-    inverse = np.arange(len(keep))  # each sample its own group ...
+    inverse = np.arange(len(labels))  # each sample its own group ...
     if sparse.issparse(rows):
         seen = {}
         for j in candidates:
@@ -1256,20 +1382,9 @@ def merge_identical_points(X, y_index, keep, weights):
         inverse[candidates] = candidates[first[groups.ravel()]]
     # Groups numbered in order of their first sample.
     _, inverse = np.unique(inverse, return_inverse=True)
-    n_groups = int(inverse.max()) + 1
-    if n_groups == len(keep):
+    if int(inverse.max()) + 1 == len(labels):
         return None
-    kept_weights = np.ones(len(keep)) if weights is None else weights[keep]
-    totals = np.bincount(inverse, weights=kept_weights, minlength=n_groups)
-    first = np.full(n_groups, len(keep))
-    np.minimum.at(first, inverse, np.arange(len(keep)))
-    return MergedPoints(
-        rows=keep[first],
-        site_weights=totals,
-        kept=keep,
-        group=inverse,
-        share=kept_weights / totals[inverse],
-    )
+    return inverse
 
 
 def _row_hashes(rows, labels):
@@ -1398,9 +1513,8 @@ def mean_field_iteration(
     max_iter=500,
     tol=1e-6,
     damping=0.2,
-    reporter=None,
     site_weights=None,
-    honour_stop=False,
+    on_iteration=None,
 ):
     """Mean-field equations with a prescribed cavity variance.
 
@@ -1421,9 +1535,9 @@ def mean_field_iteration(
         ``cavity_variance(alpha, mean) -> ndarray of shape (n,)``, positive.
     alpha : ndarray or None
         Warm start.
-    max_iter, tol, damping, reporter
-        As in :func:`expectation_propagation`; ``tol`` bounds the change of
-        ``alpha`` relative to its scale.
+    max_iter, tol, damping
+        As in :class:`EPOptions`; ``tol`` bounds the change of ``alpha``
+        relative to its scale.
     site_weights : ndarray of shape (n,) or None, default=None
         Positive weights (point ``i`` repeated ``w_i`` times, as in
         :func:`expectation_propagation`): each copy's ``alpha`` is
@@ -1434,8 +1548,9 @@ def mean_field_iteration(
         closure's variance is the same with or without the point), and the
         sites are ``w_i`` times a copy's.  None or all ones: unweighted, bit
         for bit.
-    honour_stop : bool, default=False
-        As in :func:`expectation_propagation`.
+    on_iteration : callable or None, default=None
+        As in :func:`expectation_propagation` (a :class:`Sweep` of solver
+        ``"mean-field"``; a true return value stops the iteration).
 
     Returns
     -------
@@ -1460,14 +1575,48 @@ def mean_field_iteration(
     >>> solution.converged, bool(np.allclose(solution.cavity_var, 1.0))
     (True, True)
     """
-    n = posterior.n
-    w = _check_site_weights(site_weights, n)
-    alpha = np.zeros(n) if alpha is None else np.array(alpha, dtype=float)
+    w = _check_site_weights(site_weights, posterior.n)
+    alpha = np.zeros(posterior.n) if alpha is None else np.array(alpha, dtype=float)
+    run = _mean_field_sweeps(
+        posterior,
+        t,
+        likelihood,
+        cavity_variance,
+        alpha,
+        w,
+        EPOptions(max_iter=max_iter, tol=tol, damping=damping),
+        on_iteration,
+    )
+    return _mean_field_solution(posterior, t, likelihood, w, run)
+
+
+class _MeanFieldIterate(NamedTuple):
+    residual: float
+    alpha: np.ndarray
+    mean: np.ndarray
+    lam: np.ndarray  # the closure's cavity variances
+    cavity_mean: np.ndarray  # one copy removed
+    log_z: np.ndarray
+    second: np.ndarray
+
+
+class _MeanFieldRun(NamedTuple):
+    best: _MeanFieldIterate
+    n_iter: int
+    converged: bool
+    stopped: bool
+
+
+def _mean_field_sweeps(
+    posterior, t, likelihood, cavity_variance, alpha, w, options, on_iteration
+):
+    """The damped iteration of :func:`mean_field_iteration`: its best
+    iterate, sweeps, and whether it converged or was stopped."""
     best = None
     previous_residual = np.inf
-    step = float(damping)
+    step = float(options.damping)
     converged = stopped = False
-    for n_iter in range(1, max_iter + 1):
+    for n_iter in range(1, options.max_iter + 1):
         # A closure can drive the iteration to overflow (e.g. the isotropic
         # cavity variance at its floor); stop there and keep the best iterate.
         with np.errstate(over="ignore", invalid="ignore"):
@@ -1481,22 +1630,29 @@ def mean_field_iteration(
             residual = float(np.max(np.abs(first - copy_alpha)) / scale)
         if not (np.isfinite(residual) and np.all(np.isfinite(log_z))):
             break
-        if best is None or residual < best[0]:
-            best = (residual, alpha, mean, lam, cavity_mean, log_z, second)
-        stop = False
-        if reporter is not None:
-            stop = reporter(2, "mean-field sweep %d: residual %.3g", n_iter, residual)
-        if residual < tol:
+        if best is None or residual < best.residual:
+            best = _MeanFieldIterate(
+                residual, alpha, mean, lam, cavity_mean, log_z, second
+            )
+        stop = on_iteration is not None and on_iteration(
+            Sweep("mean-field", n_iter, residual)
+        )
+        if residual < options.tol:
             converged = True
             break
-        if honour_stop and stop is True:
+        if stop:
             stopped = True
             break
-        step = _next_step(step, residual, previous_residual, damping)
+        step = _next_step(step, residual, previous_residual, options.damping)
         previous_residual = residual
         target = first if w is None else w * first
         alpha = alpha + step * (target - alpha)
-    _, alpha, mean, lam, cavity_mean, log_z, second = best
+    return _MeanFieldRun(best, n_iter, converged, stopped)
+
+
+def _mean_field_solution(posterior, t, likelihood, w, run):
+    """The :class:`TAPSolution` of a mean-field run's best iterate."""
+    _, alpha, mean, lam, cavity_mean, log_z, second = run.best
     tau = second / _tilted_variance_ratio(lam, second)
     copy_mean = copy_var = None
     if w is not None:
@@ -1518,11 +1674,11 @@ def mean_field_iteration(
         cavity_var=lam,
         log_z=log_z,
         log_evidence=np.nan,
-        n_iter=n_iter,
-        converged=converged,
+        n_iter=run.n_iter,
+        converged=run.converged,
         posterior=solution,
         site_weights=w,
-        stopped=stopped,
+        stopped=run.stopped,
         fixed_cavity_variance=True,
         copy_cavity_mean=copy_mean,
         copy_cavity_var=copy_var,

@@ -10,7 +10,10 @@ meaning.  Only the step can be raised to a power in closed form (a noisy step
 again), so the probit and the logistic keep plain EP.
 """
 
-from ._core import _finish, expectation_propagation
+from dataclasses import replace
+from functools import partial
+
+from ._core import EPOptions, EPState, _finish, expectation_propagation
 from ._likelihoods import NoisyStepLikelihood
 
 __all__ = [
@@ -98,17 +101,13 @@ def ep_with_fallback(
     posterior,
     t,
     likelihood,
+    options=None,
     *,
-    tau=None,
-    nu=None,
-    fallback=None,
-    max_iter=200,
-    tol=1e-6,
-    damping=0.8,
-    reporter=None,
-    log=None,
+    start=None,
     site_weights=None,
-    honour_stop=False,
+    on_iteration=None,
+    log=None,
+    **overrides,
 ):
     """Plain EP, then fractional EP where plain EP stalls (step likelihoods).
 
@@ -126,10 +125,12 @@ def ep_with_fallback(
 
     Parameters
     ----------
-    posterior, t, likelihood, tau, nu, fallback, max_iter, tol, damping, \
-reporter, site_weights, honour_stop
+    posterior, t, likelihood, options, start, site_weights, on_iteration, \
+**overrides
         As for :func:`~sklearn_meanfield.tap._core.expectation_propagation`
-        (the warm start and its fallback are used by every run).
+        (every run uses the warm starts, ``max_iter``, ``tol`` and
+        ``damping``; the ladder sets ``power``, ``site_steps`` and
+        ``patience``).
     log : callable or None, default=None
         ``log(level, message, *args)``: told (at level 1) when a run stalls
         and the next power is tried.
@@ -161,56 +162,54 @@ reporter, site_weights, honour_stop
     >>> solution.converged, bool(np.all(solution.cavity_var > 0))
     (True, True)
     """
+    options = replace(options or EPOptions(), **overrides)
     can_power = powered_likelihood(likelihood, 0.5) is not None
-    common = dict(
-        tau=tau,
-        nu=nu,
-        fallback=fallback,
-        tol=tol,
-        damping=damping,
-        reporter=reporter,
-        site_weights=site_weights,
-        honour_stop=honour_stop,
-    )
-    solution = expectation_propagation(
+    run = partial(
+        expectation_propagation,
         posterior,
         t,
-        likelihood,
-        max_iter=max_iter,
-        patience=PLAIN_EP_PATIENCE if can_power else None,
-        **common,
+        start=start,
+        site_weights=site_weights,
+        on_iteration=on_iteration,
     )
+    patience = PLAIN_EP_PATIENCE if can_power else None
+    solution = run(likelihood, replace(options, patience=patience))
     if not can_power:
         return solution
+    return _fractional_ladder(run, t, likelihood, options, solution, log)
+
+
+def _fractional_ladder(run, t, likelihood, options, solution, log):
+    """Fractional EP at each of :data:`FRACTIONAL_POWERS` until a run
+    converges, after plain EP's ``solution`` (``run(likelihood, options)``
+    runs EP from the shared start)."""
     n_iter = solution.n_iter
     for power in FRACTIONAL_POWERS:
-        budget = max_iter - n_iter
+        budget = options.max_iter - n_iter
         if solution.converged or solution.stopped or budget <= 0:
             break
         if log is not None:
             log(1, "EP not converged after %d sweeps; power EP %.2f", n_iter, power)
-        powered = expectation_propagation(
-            posterior,
-            t,
+        powered = run(
             powered_likelihood(likelihood, power),
-            max_iter=budget,
-            power=power,
-            site_steps=True,
-            patience=FRACTIONAL_PATIENCE,
-            **common,
+            replace(
+                options,
+                max_iter=budget,
+                power=power,
+                site_steps=True,
+                patience=FRACTIONAL_PATIENCE,
+            ),
         )
         n_iter += powered.n_iter
         # Whole-site cavities, log Z and evidence with the likelihood itself.
         solution = _finish(
-            powered.posterior,
-            powered.tau,
-            powered.nu,
+            EPState(powered.tau, powered.nu, powered.posterior),
             t,
             likelihood,
             n_iter,
             powered.converged,
             site_weights=powered.site_weights,
+            stopped=powered.stopped,
         )
-        solution.stopped = powered.stopped
     solution.n_iter = n_iter
     return solution

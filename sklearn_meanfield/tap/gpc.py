@@ -47,6 +47,7 @@ from ._core import (
 )
 from ._fallback import ep_with_fallback
 from ._footprint import check_gp_fit_memory
+from ._hooks import print_sweeps, sweep_steps
 from ._likelihoods import make_likelihood
 from ._multiclass import (
     ProblemKernels,
@@ -137,44 +138,38 @@ def _solve(
     t,
     likelihood,
     options,
-    warm=None,
+    start=None,
     tol=None,
-    reporter=None,
+    on_iteration=None,
+    log=None,
     weights=None,
-    honour_stop=None,
 ):
     """Run EP (adaptive TAP) on a kernel matrix, fractional EP where it stalls.
 
-    ``reporter`` receives one line per sweep (level 2) and the fallback's
-    notices (level 1).  For the final solve it is also a callback step per
-    sweep, whose request to stop ends the solve at its best iterate
-    (``honour_stop``, by default whenever a reporter is given); the
-    optimiser's evaluations print through it without being stopped.
-    ``warm`` is an :class:`_WarmStart` or None; ``weights`` the site weights
-    (None: all one).  The step likelihood falls back on fractional EP when
-    plain EP stalls (:func:`~sklearn_meanfield.tap._fallback.ep_with_fallback`).
+    ``start`` holds warm-start sites (see
+    :func:`~sklearn_meanfield.tap._core.expectation_propagation`),
+    ``on_iteration`` sees every sweep (and may stop the solve at its best
+    iterate), ``log`` prints the fallback's notices; ``weights`` are the site
+    weights (None: all one).  The step likelihood falls back on fractional
+    EP when plain EP stalls
+    (:func:`~sklearn_meanfield.tap._fallback.ep_with_fallback`).
     """
-    warm = warm or _WarmStart()
     return ep_with_fallback(
         KernelPosterior(K),
         t,
         likelihood,
-        tau=warm.tau,
-        nu=warm.nu,
-        fallback=warm.fallback,
+        start=start,
         max_iter=options.max_iter,
         tol=options.tol if tol is None else tol,
         damping=options.damping,
-        reporter=reporter,
-        log=reporter,
+        on_iteration=on_iteration,
+        log=log,
         site_weights=weights,
-        honour_stop=reporter is not None if honour_stop is None else honour_stop,
     )
 
 
-def _naive_solve(K, t, likelihood, options, reporter=None, weights=None):
+def _naive_solve(K, t, likelihood, options, on_iteration=None, weights=None):
     """Naive mean field (the cavity variance is the prior variance)."""
-    extra = {} if weights is None else {"site_weights": weights}
     return mean_field_iteration(
         KernelPosterior(K),
         t,
@@ -183,9 +178,8 @@ def _naive_solve(K, t, likelihood, options, reporter=None, weights=None):
         max_iter=options.max_iter,
         tol=options.tol,
         damping=min(options.damping, 0.2),
-        reporter=reporter,
-        honour_stop=reporter is not None,
-        **extra,
+        on_iteration=on_iteration,
+        site_weights=weights,
     )
 
 
@@ -237,11 +231,11 @@ def _evaluate(
     t,
     kernel,
     options,
-    warm=None,
+    start=None,
     eval_gradient=False,
     tol=None,
     weights=None,
-    reporter=None,
+    printer=None,
 ):
     """The :class:`_Evaluation` of the EP solution at ``theta``."""
     kernel, options = _at(theta, kernel, options)
@@ -255,11 +249,11 @@ def _evaluate(
         t,
         likelihood,
         options,
-        warm,
+        start,
         tol,
-        reporter=reporter,
+        on_iteration=None if printer is None else print_sweeps(printer),
+        log=printer,
         weights=weights,
-        honour_stop=False,
     )
     contradicted = contradicted_points(K, t, solution)
     if not eval_gradient:
@@ -283,15 +277,6 @@ _GRADIENT_RELATIVE_TOL = 1e-4
 _LOOSEST_TOL = 1e-3
 
 
-class _WarmStart(NamedTuple):
-    """EP's warm start: sites, and the sites to use when they make the
-    posterior improper (None: zero sites)."""
-
-    tau: object = None
-    nu: object = None
-    fallback: object = None
-
-
 class _Sites(NamedTuple):
     """The sites of a reliable evaluation at ``theta``."""
 
@@ -308,23 +293,24 @@ def _extrapolate_sites(history, theta):
     continue in that direction), which halves the EP sweeps per evaluation.
     Site precisions keep their sign (a non-negative one stays non-negative).
     Negative ones, from label noise, may make the extrapolated posterior
-    improper: the last sites are then the fallback.
+    improper: the last sites are then the fallback.  Returns EP's warm
+    starts, a list of ``(tau, nu)`` pairs.
     """
     if not history:
-        return _WarmStart()
+        return []
     last = history[-1]
     if len(history) < 2:
-        return _WarmStart(last.tau, last.nu)
+        return [(last.tau, last.nu)]
     previous = history[0]
     step = last.theta - previous.theta
     length = step @ step
     if not length > 0:
-        return _WarmStart(last.tau, last.nu)
+        return [(last.tau, last.nu)]
     # Within one step beyond either end: an extrapolation, not a leap.
     c = float(np.clip((np.asarray(theta) - last.theta) @ step / length, -2.0, 1.0))
     tau = last.tau + c * (last.tau - previous.tau)
     tau = np.where(last.tau < 0, np.minimum(tau, 0.0), np.maximum(tau, 0.0))
-    return _WarmStart(tau, last.nu + c * (last.nu - previous.nu), (last.tau, last.nu))
+    return [(tau, last.nu + c * (last.nu - previous.nu)), (last.tau, last.nu)]
 
 
 class _OptimizerRun(NamedTuple):
@@ -384,18 +370,17 @@ class _Search:
     history: list = field(default_factory=list)
 
     def __call__(self, theta, eval_gradient=True):
-        warm = _extrapolate_sites(self.history, theta)
         evaluation = _evaluate(
             theta,
             self.X,
             self.t,
             self.kernel,
             self.options,
-            warm,
+            _extrapolate_sites(self.history, theta),
             eval_gradient=eval_gradient,
             tol=max(self.options.tol, self.tol),
             weights=self.weights,
-            reporter=self.printer,
+            printer=self.printer,
         )
         self.evaluations += 1
         value, gradient = self._record(theta, evaluation, eval_gradient)
@@ -435,7 +420,7 @@ class _Search:
             if -value < self.best:
                 self.best = -value
                 self.theta = np.array(theta, dtype=float)
-                self.sites = _WarmStart(solution.tau, solution.nu)
+                self.sites = [(solution.tau, solution.nu)]
             return value, gradient
         reference = self.best
         if not np.isfinite(reference):  # nothing better known yet
@@ -595,15 +580,17 @@ def _final_solve(K, t, likelihood, options, sites, stopped, reporter, weights):
         task=reporter.task.subtask("solve", max_steps=None),
     )
     solve.task.begin()
-    sweeps = solve.steps_at(2, "sweep")
+    sweeps = sweep_steps(solve)
     # Stopped during the search: the best evaluation's sites as they are
     # (one sweep returns the warm start's solution, not a step beyond it).
     final = replace(options, max_iter=1) if stopped else options
-    ep = _solve(K, t, likelihood, final, sites, reporter=sweeps, weights=weights)
+    ep = _solve(
+        K, t, likelihood, final, sites, on_iteration=sweeps, log=solve, weights=weights
+    )
     solution = ep
     if options.method == "naive":
         solution = _naive_solve(
-            K, t, likelihood, final, reporter=sweeps, weights=weights
+            K, t, likelihood, final, on_iteration=sweeps, weights=weights
         )
     stopped |= ep.stopped or solution.stopped
     solve.task.end()

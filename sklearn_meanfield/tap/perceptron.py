@@ -40,6 +40,7 @@ from ._core import (
     weighted_error_rate,
 )
 from ._fallback import ep_with_fallback
+from ._hooks import sweep_steps
 from ._likelihoods import make_likelihood
 from ._multiclass import (
     encode_classes,
@@ -138,15 +139,13 @@ def _adaptive_solve(posterior, t, w, options, warm, reporter):
         posterior,
         t,
         options.likelihood,
-        tau=warm.tau,
-        nu=warm.nu,
+        start=None if warm.tau is None else [(warm.tau, warm.nu)],
         max_iter=options.max_iter,
         tol=options.tol,
         damping=options.damping,
-        reporter=reporter.steps_at(2, "sweep"),
+        on_iteration=sweep_steps(reporter),
         log=reporter,
         site_weights=w,
-        honour_stop=True,
     )
 
 
@@ -175,9 +174,8 @@ def _solve(posterior, t, w, options, warm=None, reporter=None):
         max_iter=options.max_iter,
         tol=options.tol,
         damping=min(options.damping, _MAX_CLOSURE_STEP),
-        reporter=reporter.steps_at(2, "sweep"),
+        on_iteration=sweep_steps(reporter),
         site_weights=w,
-        honour_stop=True,
     )
 
 
