@@ -3,6 +3,7 @@
 import warnings
 from contextlib import contextmanager
 from numbers import Integral, Real
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,15 +31,20 @@ __all__ = ["BetheRBM"]
 
 _FALLBACK_DAMPING = 0.5
 _DTYPES = (np.float64, np.float32)
-# The fitted state, bound together at the end of fit and partial_fit.
-_FITTED = (
-    "components_",
-    "intercept_visible_",
-    "intercept_hidden_",
-    "messages_",
-    "stability_",
-    "h_samples_",
-)
+
+
+class _FittedState(NamedTuple):
+    """The fitted attributes, bound together at the end of fit and partial_fit."""
+
+    components_: np.ndarray
+    intercept_visible_: np.ndarray
+    intercept_hidden_: np.ndarray
+    messages_: tuple
+    stability_: float
+    h_samples_: np.ndarray
+
+
+_FITTED = _FittedState._fields
 
 
 def _check_unit_interval(X, method):
@@ -424,8 +430,25 @@ class BetheRBM(
         """Float64 starting parameters, cold messages and chains at zero."""
         weights = rng.normal(0, 0.01, (self.n_components, n_features))
         params = (weights, np.zeros(n_features), np.zeros(self.n_components))
-        chain = np.zeros((self.batch_size, self.n_components))
-        return params, cold_messages(self.n_components, n_features), chain
+        return params, cold_messages(self.n_components, n_features), self._chains()
+
+    def _chains(self):
+        """Persistent chains at zero, one per row of a batch."""
+        return np.zeros((self.batch_size, self.n_components))
+
+    def _resumed_state(self):
+        """Float64 copies of the fitted parameters, messages and chains.
+
+        A model whose parameters were set by hand may lack the messages or
+        chains: they start cold.
+        """
+        params = tuple(np.array(a, dtype=np.float64) for a in self._params())
+        messages = getattr(self, "messages_", None)
+        if messages is None:
+            messages = cold_messages(*self.components_.shape)
+        chain = getattr(self, "h_samples_", None)
+        chain = self._chains() if chain is None else chain
+        return params, messages, np.asarray(chain, dtype=np.float64)
 
     def _train(self, X, batch_slices, params, messages, chain, rng):
         """One pass over ``batch_slices``; ``params`` (float64) change in place."""
@@ -472,14 +495,13 @@ class BetheRBM(
                 "or use fewer hidden units.",
                 ConvergenceWarning,
             )
-        values = (*params, solution.messages, lam, chain.astype(dtype))
-        return dict(zip(_FITTED, values))
+        return _FittedState(*params, solution.messages, lam, chain.astype(dtype))
 
     def _store(self, state):
         # The only place fitted attributes are bound: everything before works
         # on local copies, so an exception leaves the old fit whole (and
         # atomic_fit restores the bindings if one strikes in between).
-        for name, value in state.items():
+        for name, value in state._asdict().items():
             setattr(self, name, value)
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -586,14 +608,7 @@ class BetheRBM(
                 params, messages, chain = self._initial_state(X.shape[1], rng)
             else:
                 dtype = self.components_.dtype
-                params = tuple(np.array(a, dtype=np.float64) for a in self._params())
-                messages = getattr(self, "messages_", None)
-                if messages is None:
-                    messages = cold_messages(*self.components_.shape)
-                chain = getattr(self, "h_samples_", None)
-                if chain is None:
-                    chain = np.zeros((self.batch_size, self.n_components))
-                chain = np.asarray(chain, dtype=np.float64)
+                params, messages, chain = self._resumed_state()
             messages, chain = self._train(
                 X, [slice(0, X.shape[0])], params, messages, chain, rng
             )
