@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+from callback_helpers import TickDeadline
 from scipy.special import erf
 from sklearn.datasets import make_friedman1
 from sklearn.exceptions import ConvergenceWarning
@@ -159,15 +160,14 @@ def test_psis_leave_one_out_agrees_with_cavity_multi_output():
     assert psis.loo_error_ == pytest.approx(cavity.loo_error_, rel=0.2)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 @pytest.mark.slow
 def test_friedman1_beats_mlp_and_ard_finds_relevant_inputs():
     X, y = make_friedman1(n_samples=1200, noise=1.0, random_state=0)
     X_train, y_train, X_test, y_test = X[:200], y[:200], X[200:], y[200:]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        model = EnsembleLearningRegressor(hidden_layer_size=8, random_state=0)
-        model.fit(X_train, y_train)
-        mlp = MLPRegressor(random_state=0).fit(X_train, y_train)
+    model = EnsembleLearningRegressor(hidden_layer_size=8, random_state=0)
+    model.fit(X_train, y_train)
+    mlp = MLPRegressor(random_state=0).fit(X_train, y_train)
     rmse = np.sqrt(np.mean((model.predict(X_test) - y_test) ** 2))
     mlp_rmse = np.sqrt(np.mean((mlp.predict(X_test) - y_test) ** 2))
     assert rmse < mlp_rmse
@@ -256,29 +256,27 @@ def _assert_honest_fit(model, X, y, n_draws=200_000):
     assert 1.0 / model.alpha_[0] > 0.5 * mse
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_issue_16_six_point_fit_has_an_honest_bound():
     # Mean weights shrank to ~1e-170 (and then to subnormals): E[erf^2] came
     # out as -1, the "bound" was +2.2e6 on 6 points, alpha_ 5.9e4 with
     # residuals ~3, and the predictive std 0.004 while sample_y spread by ~2.
     X = np.array([[1.0], [3.0], [5.0], [6.0], [7.0], [8.0]])
     y = (X * np.sin(X)).ravel()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        model = EnsembleLearningRegressor(random_state=0).fit(X, y)
+    model = EnsembleLearningRegressor(random_state=0).fit(X, y)
     _assert_honest_fit(model, X, y)
     assert model.scores_[-1] < 0
     # These points do not pin down a function: the noise takes the spread of y.
     assert 0.3 * np.std(y) < model.alpha_[0] ** -0.5 < 2 * np.std(y)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 @pytest.mark.parametrize("n,seed", [(4, 0), (5, 1), (8, 2), (10, 3)])
 def test_one_input_small_n_fits_have_honest_bounds(n, seed):
     rng = np.random.RandomState(seed)
     X = np.sort(rng.uniform(0, 10, size=(n, 1)), axis=0)
     y = (X * np.sin(X)).ravel() + 0.1 * rng.normal(size=n)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        model = EnsembleLearningRegressor(n_restarts=1, random_state=0).fit(X, y)
+    model = EnsembleLearningRegressor(n_restarts=1, random_state=0).fit(X, y)
     _assert_honest_fit(model, X, y, n_draws=100_000)
 
 
@@ -379,6 +377,7 @@ def test_weighted_bound_equals_its_monte_carlo_estimate():
     assert abs(model.scores_[-1] - estimate) <= 4 * se + 1e-9 * abs(estimate)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 @pytest.mark.parametrize("covariance", ["full", "diag"])
 def test_scikit_learn_sample_weight_equivalence(covariance):
     # With test_common's settings (3 iterations).  Run to convergence, the
@@ -398,9 +397,7 @@ def test_scikit_learn_sample_weight_equivalence(covariance):
         random_state=0,
         covariance=covariance,
     )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        check_sample_weight_equivalence_on_dense_data("Ensemble", model)
+    check_sample_weight_equivalence_on_dense_data("Ensemble", model)
 
 
 # ------------------------------------------- constant, extreme and string y
@@ -577,47 +574,22 @@ def test_diag_and_lowrank_never_build_the_weight_matrix(covariance):
 # ---------------------------------------------------------------- time cap
 
 
-class _Deadline:
-    """A deadline callback on a clock that advances one tick per iteration.
-
-    ``on_fit_task_end`` asks to stop once the clock has reached ``deadline``,
-    as a wall-clock limit would (and keeps asking); counting ticks keeps the
-    test deterministic.
-    """
-
-    def __init__(self, deadline):
-        self.deadline = deadline
-        self.ticks = 0
-
-    def setup(self, estimator, context):
-        pass
-
-    def teardown(self, estimator, context):
-        pass
-
-    def on_fit_task_begin(self, estimator, context):
-        pass
-
-    def on_fit_task_end(self, estimator, context):
-        if context.task_name != "iteration":
-            return False
-        self.ticks += 1
-        return self.ticks >= self.deadline
-
-
+@pytest.mark.filterwarnings(
+    "ignore:EnsembleLearningRegressor did not converge:"
+    "sklearn.exceptions.ConvergenceWarning"
+)
 @pytest.mark.parametrize("covariance", ["full", "diag", "lowrank"])
 def test_a_deadline_keeps_the_best_iterate_so_far(covariance):
     pytest.importorskip("sklearn.callback")
     X, y = _sine(n=30, seed=8)
     params = dict(hidden_layer_size=3, covariance=covariance, tol=0.0)
-    deadline = _Deadline(3)
+    deadline = TickDeadline(3, task_name="iteration")
     stopped = EnsembleLearningRegressor(**{**FAST, **params, "max_iter": 200})
     stopped.set_callbacks(deadline)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
+    with pytest.warns(ConvergenceWarning, match="stopped by a callback"):
         stopped.fit(X, y)
-        reference = EnsembleLearningRegressor(**{**FAST, **params, "max_iter": 3})
-        reference.fit(X, y)
+    reference = EnsembleLearningRegressor(**{**FAST, **params, "max_iter": 3})
+    reference.fit(X, y)  # three iterations: its warning is filtered
     # Stopped at the deadline, three iterations in, with the model those
     # iterations reached: the highest bound met, since it never decreases.
     assert deadline.ticks == 3 and stopped.n_iter_ == 3
