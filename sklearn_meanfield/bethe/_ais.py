@@ -69,8 +69,8 @@ __all__ = [
 CHAINS_PER_TASK = 50
 
 # Salakhutdinov and Murray's schedule: 500 betas uniform on [0, 0.5], 4000 on
-# [0.5, 0.9] and 10000 on [0.9, 1] (14500 in all); ``ais_schedule`` keeps
-# these proportions for any number of temperatures.
+# [0.5, 0.9] and 10000 on [0.9, 1] (14500 in all); ``ais_schedule(K,
+# "salakhutdinov-murray")`` keeps these proportions for any number of steps.
 _SCHEDULE_KNOTS = (0.0, 0.5, 0.9, 1.0)
 _SCHEDULE_SHARES = (500, 4000, 10000)
 
@@ -153,18 +153,25 @@ def base_rate_visible_bias(X, eps=1e-3):
     return np.log(mean) - np.log1p(-mean)
 
 
-def ais_schedule(n_temperatures):
+def ais_schedule(n_temperatures, spacing="linear"):
     """Inverse temperatures ``0 = beta_0 < ... < beta_K = 1`` for AIS.
-
-    Salakhutdinov and Murray's spacing, scaled to ``K = n_temperatures``
-    steps: 500/14500 of the steps uniform on [0, 0.5], 4000/14500 on
-    [0.5, 0.9] and 10000/14500 on [0.9, 1], finer where the distributions
-    change fastest near the target.
 
     Parameters
     ----------
     n_temperatures : int
-        Number of annealing steps ``K`` (at least 3).
+        Number of annealing steps ``K``.
+    spacing : {"linear", "salakhutdinov-murray"}, default="linear"
+        ``"linear"``: equal steps.  ``"salakhutdinov-murray"``: the paper's
+        spacing scaled to ``K`` steps, 500/14500 of them uniform on
+        [0, 0.5], 4000/14500 on [0.5, 0.9] and 10000/14500 on [0.9, 1]
+        (``K`` at least 3).  Equal steps are the default because, from a
+        base-rate model, they gave standard errors of ``log Z`` 1.1 to 2 times
+        smaller than the paper's spacing at equal cost on binarised digits
+        models (16 to 256 hidden units, 3000 steps), and 3 to 5 times smaller
+        from a uniform base model: the standard deviation of
+        ``d log p*_beta / d beta``, which sets the best local step, varies
+        little along the path (within a factor 1.7 from 0 to 1 on a trained
+        20-unit model).
 
     Returns
     -------
@@ -174,7 +181,9 @@ def ais_schedule(n_temperatures):
     --------
     >>> import numpy as np
     >>> from sklearn_meanfield.bethe._ais import ais_schedule
-    >>> betas = ais_schedule(29)  # 1 step to 0.5, 8 to 0.9, 20 to 1
+    >>> ais_schedule(4).tolist()
+    [0.0, 0.25, 0.5, 0.75, 1.0]
+    >>> betas = ais_schedule(29, "salakhutdinov-murray")  # 1 + 8 + 20 steps
     >>> betas[[0, 1, 9, 29]].tolist()
     [0.0, 0.5, 0.9, 1.0]
     >>> np.diff(betas)[[0, 1, -1]].round(3).tolist()
@@ -185,8 +194,18 @@ def ais_schedule(n_temperatures):
             f"n_temperatures must be an int; got {type(n_temperatures).__name__}."
         )
     n_steps = int(n_temperatures)
+    if spacing == "linear":
+        if n_steps < 1:
+            raise ValueError(f"n_temperatures must be at least 1; got {n_steps}.")
+        return np.linspace(0.0, 1.0, n_steps + 1)
+    if spacing != "salakhutdinov-murray":
+        raise ValueError(
+            f"spacing must be 'linear' or 'salakhutdinov-murray'; got {spacing!r}."
+        )
     if n_steps < len(_SCHEDULE_SHARES):
-        raise ValueError(f"n_temperatures must be at least 3; got {n_steps}.")
+        raise ValueError(
+            f"n_temperatures must be at least 3 for this spacing; got {n_steps}."
+        )
     shares = np.asarray(_SCHEDULE_SHARES, dtype=float)
     # Steps per segment, at least one each, summing to n_steps.
     counts = np.maximum(1, np.floor(n_steps * shares / shares.sum())).astype(int)
@@ -341,8 +360,10 @@ def ais_log_partition(
     n_chains : int, default=100
         Number of independent annealing runs (importance weights).
     n_temperatures : int or array-like of shape (K + 1,), default=10000
-        Number of annealing steps ``K``, spaced by :func:`ais_schedule`, or
-        the inverse temperatures themselves (non-decreasing, from 0 to 1).
+        Number of annealing steps ``K``, equally spaced in ``beta``
+        (:func:`ais_schedule`), or the inverse temperatures themselves
+        (non-decreasing, from 0 to 1), e.g. ``ais_schedule(K,
+        "salakhutdinov-murray")`` for the paper's spacing.
     random_state : None, int or RandomState, default=None
         Source of the seeds of the chains (one per task of at most
         ``CHAINS_PER_TASK`` chains, drawn before any work is dispatched).
@@ -361,9 +382,14 @@ def ais_log_partition(
     ``exp(log_z)`` is an unbiased estimate of ``Z``; ``log_z`` itself is biased
     low by about ``std_error**2 / 2``.  One step costs two products of the
     ``(n_chains, n_visible)`` and ``(n_chains, n_hidden)`` states with the
-    weights and about ``5 n_chains n_hidden`` transcendental functions.  On
-    binarised digits models (64 visible, 16 hidden), the defaults take about
-    2 s on one core and give a standard error of about 0.01 nat.
+    weights, two exponentials and a logarithm per hidden unit and a
+    logistic function per visible unit, for every chain.  On six BetheRBM and
+    BernoulliRBM models trained on binarised digits (64 visible, 8 to 20
+    hidden units), the defaults with the training digits' base rates gave
+    standard errors of 0.001 to 0.016 nat and errors against exact
+    enumeration of at most 0.006 nat, in about 3 s of CPU time each (one
+    core of a shared machine); from the uniform base
+    (``base_visible_bias=None``) the standard errors were 0.010 to 0.017 nat.
 
     References
     ----------
