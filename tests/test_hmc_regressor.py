@@ -4,6 +4,7 @@ import warnings
 
 import numpy as np
 import pytest
+from callback_helpers import TickDeadline
 from joblib import parallel_config
 from sklearn.exceptions import ConvergenceWarning
 
@@ -358,42 +359,13 @@ def test_fit_too_large_for_memory_is_refused_before_sampling(monkeypatch):
 # ------------------------------------------------------- stopping in warm-up
 
 
-class _Deadline:
-    """A deadline callback on a clock that advances one tick per block.
-
-    ``on_fit_task_end`` asks to stop once the clock has passed ``deadline``,
-    as a wall-clock limit would; counting ticks keeps the test deterministic.
-    """
-
-    def __init__(self, deadline):
-        self.deadline = deadline
-        self.ticks = 0
-        self.blocks = []
-
-    def setup(self, estimator, context):
-        pass
-
-    def teardown(self, estimator, context):
-        pass
-
-    def on_fit_task_begin(self, estimator, context):
-        pass
-
-    def on_fit_task_end(self, estimator, context):
-        if context.task_name != "iterations":
-            return False
-        self.ticks += 1
-        self.blocks.append((context.parent.task_id, context.task_id))
-        return self.ticks >= self.deadline
-
-
 def test_a_deadline_during_warm_up_stops_at_once_with_a_usable_model():
     pytest.importorskip("sklearn.callback")
     X, y = one_dimensional(60, seed=13)
     # 1000 iterations per chain in blocks of 100: the deadline falls in the
     # first block of warm-up.  Before the fix, the chains ran the 900
     # warm-up iterations left before stopping.
-    deadline = _Deadline(deadline=1)
+    deadline = TickDeadline(deadline=1, task_name="iterations")
     model = HMCNetworkRegressor(
         hidden_layer_size=6,
         n_samples=200,
@@ -405,8 +377,8 @@ def test_a_deadline_during_warm_up_stops_at_once_with_a_usable_model():
     ).set_callbacks(deadline)
     with pytest.warns(ConvergenceWarning, match="during warm-up"):
         model.fit(X, y)
-    # One block per chain, then the end.
-    assert deadline.blocks == [(0, 0), (1, 0)]
+    # One block per chain (chain, block), then the end.
+    assert deadline.ended == [(0, 0), (1, 0)]
     assert model.parameter_draws_.shape[0] == 2 * 4
     # 100 warm-up iterations already find the function.
     grid = np.linspace(-1.8, 1.8, 20)[:, None]

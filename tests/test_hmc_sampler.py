@@ -177,3 +177,110 @@ def test_chain_random_rows_do_not_depend_on_batch():
         together.gamma(np.array([1.0, 2.0]), size=(3, 2))[1],
         alone.gamma(np.array([1.0, 2.0]), size=(1, 2))[0],
     )
+
+
+# ------------------------------------------------- the network chains' driver
+
+
+def _small_posterior():
+    from sklearn_meanfield.hmc._network import HyperPrior, NetworkLayout
+    from sklearn_meanfield.hmc._transition import NetworkPosterior
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20, 1))
+    Y = np.tanh(X) + 0.1 * rng.normal(size=(20, 1))
+    return NetworkPosterior(X, Y, NetworkLayout(1, 3, 1), HyperPrior())
+
+
+class _Watch:
+    """on_iteration: keeps every state's weights, asks to stop at given
+    iterations."""
+
+    def __init__(self, stop_at=()):
+        self.stop_at = set(stop_at)
+        self.thetas = []
+
+    def __call__(self, iteration, state, info):
+        assert iteration == len(self.thetas)
+        self.thetas.append(state.theta.copy())
+        return iteration in self.stop_at
+
+
+def test_the_driver_records_the_states_it_reports_and_stops_at_block_ends():
+    from sklearn_meanfield.hmc._chains import ChainSettings, run_chains
+
+    posterior = _small_posterior()
+    # 30 iterations in blocks of 3; 10 of warm-up.
+    settings = ChainSettings(n_samples=20, n_warmup=10, n_leapfrog=5, step_size=0.1)
+    watch = _Watch()
+    full = run_chains(posterior, [1, 2], settings, on_iteration=watch)
+    seen = np.stack(watch.thetas)
+    assert len(seen) == 30
+    np.testing.assert_array_equal(full.theta, seen[10:])
+    outputs = posterior.train_outputs(full.theta[3])
+    np.testing.assert_array_equal(full.train_outputs[3], outputs)
+    np.testing.assert_array_equal(full.accept_rate, full.accepted.mean(axis=0))
+    assert not full.stopped_in_warmup
+    # A stop asked for after 2 draws waits for the first block end that
+    # leaves 4 draws or more: iteration 14 (15 done, 5 draws).
+    watch = _Watch(stop_at=[11])
+    stopped = run_chains(posterior, [1, 2], settings, on_iteration=watch)
+    assert len(watch.thetas) == 15 and len(stopped.theta) == 5
+    np.testing.assert_array_equal(stopped.theta, full.theta[:5])
+    np.testing.assert_array_equal(stopped.step_size, full.step_size)
+    # Asked for in warm-up: the batch ends as soon as 4 states exist (before
+    # reporting the 4th), which are the draws.
+    watch = _Watch(stop_at=[1])
+    early = run_chains(posterior, [1, 2], settings, on_iteration=watch)
+    assert early.stopped_in_warmup and len(watch.thetas) == 3
+    np.testing.assert_array_equal(early.theta, seen[:4])
+    expected = np.stack([posterior.train_outputs(t) for t in seen[:4]])
+    np.testing.assert_array_equal(early.train_outputs, expected)
+    np.testing.assert_array_equal(early.accept_rate, early.accepted.mean(axis=0))
+    # Asked for later in warm-up: its last 4 states, oldest first.
+    late = run_chains(posterior, [1, 2], settings, on_iteration=_Watch([6]))
+    np.testing.assert_array_equal(late.theta, seen[3:7])
+
+
+def test_chains_do_not_depend_on_their_batch():
+    from sklearn_meanfield.hmc._chains import ChainSettings, run_chains
+
+    posterior = _small_posterior()
+    settings = ChainSettings(n_samples=6, n_warmup=6, n_leapfrog=5, step_size=0.1)
+    both = run_chains(posterior, [5, 6], settings)
+    alone = run_chains(posterior, [6], settings)
+    np.testing.assert_array_equal(both.theta[:, 1], alone.theta[:, 0])
+    np.testing.assert_array_equal(both.step_size[1], alone.step_size[0])
+
+
+def test_adaptation_is_frozen_after_warm_up():
+    from sklearn_meanfield.hmc._network import NetworkLayout
+    from sklearn_meanfield.hmc._transition import ChainInfo, WarmupAdaptation
+
+    layout = NetworkLayout(2, 3, 1)
+    adaptation = WarmupAdaptation(layout, 2, step_size=0.5, target_accept=0.8)
+    tuning = adaptation.tuning()
+    np.testing.assert_allclose(tuning.step_size, 0.5)
+    np.testing.assert_allclose(tuning.group_sd, 0.5)
+    np.testing.assert_allclose(tuning.unit_sd, 0.3)
+    # Robbins-Monro: the k-th update moves the log sd by k^-0.6 (accept - 0.44).
+    moves = ChainInfo(
+        None, np.full(2, 0.8), None, None, np.full((2, 5), 0.94), np.full((2, 3), 0.44)
+    )
+    adaptation.update(moves)
+    adaptation.update(moves)
+    np.testing.assert_allclose(
+        np.log(adaptation.tuning().group_sd), np.log(0.5) + 0.5 * (1 + 2**-0.6)
+    )
+    np.testing.assert_allclose(adaptation.tuning().unit_sd, 0.3)
+    # Without rescaling moves (precisions held) only the step size adapts.
+    adaptation.update(moves._replace(group_accept=None, unit_accept=None))
+    assert adaptation.n_moves == 2
+    adaptation.freeze()
+    frozen = adaptation.tuning()
+    np.testing.assert_array_equal(
+        frozen.step_size, np.exp(adaptation.dual_averaging.final())
+    )
+    adaptation.update(moves)
+    for after, before in zip(adaptation.tuning(), frozen):
+        np.testing.assert_array_equal(after, before)
