@@ -15,6 +15,11 @@ Fit times are CPU seconds of one process (every model runs with n_jobs=1).
 
 Run: ``python benchmarks/bench_ensemble_learning.py [--quick] [--only NAME]``.
 
+``--scaling`` measures only the fit time as the data grow (friedman1, n = 500,
+2000 and 5000; the full mode ends with the same table): our defaults against
+MLPRegressor with its defaults and with ``max_iter=500``, wall and CPU seconds
+side by side in this process, as a user timing both estimators would see them.
+
 Measured (commit eb96bad, 2 cores shared by ~6 busy processes, so CPU times
 are inflated; MLPRegressor here runs max_iter=2000 -- with its defaults,
 max_iter=200, it takes 0.14 s at n=200 and reaches RMSE 4.29)::
@@ -137,13 +142,51 @@ def evaluate(model, X_tr, y_tr, X_te, y_te):
     return rmse, nlpd(y_te, mean, std), seconds, plug_in
 
 
+def scaling(sizes=(500, 2000, 5000)):
+    """Wall and CPU fit times of our defaults and MLPRegressor as n grows."""
+    peers = (
+        ("ensemble (defaults)", lambda: EnsembleLearningRegressor(random_state=0)),
+        ("MLPRegressor (defaults)", lambda: MLPRegressor(random_state=0)),
+        (
+            "MLPRegressor max_iter=500",
+            lambda: MLPRegressor(max_iter=500, random_state=0),
+        ),
+    )
+    print("n      model                      RMSE    wall s  ratio  cpu s   ratio")
+    for n in sizes:
+        X, y = make_friedman1(n_samples=n + 2000, noise=1.0, random_state=0)
+        reference = None
+        for label, make in peers:
+            pipe = make_pipeline(StandardScaler(), make())
+            wall, cpu = time.perf_counter(), time.process_time()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                pipe.fit(X[:n], y[:n])
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            reference = reference or (wall, cpu)
+            rmse = float(np.sqrt(np.mean((pipe.predict(X[n:]) - y[n:]) ** 2)))
+            ratios = reference[0] / wall, reference[1] / cpu
+            print(
+                f"{n:<6} {label:<26} {rmse:6.3f}  {wall:7.2f}  {ratios[0]:5.1f}"
+                f"  {cpu:7.2f}  {ratios[1]:5.1f}",
+                flush=True,
+            )
+    print("ratio = ensemble time / this model's time (> 1: the peer is faster)")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one small data set")
     parser.add_argument(
+        "--scaling", action="store_true", help="fit times at n = 500, 2000, 5000"
+    )
+    parser.add_argument(
         "--only", default="", help="run the data sets whose name contains this"
     )
     args = parser.parse_args(argv)
+    if args.scaling:
+        scaling()
+        return
     header = (
         "data set",
         "model",
@@ -189,6 +232,9 @@ def main(argv=None):
         "\nRatios and differences are to 'ensemble full' on the same data set; "
         "* = plug-in Gaussian with the training residual sd."
     )
+    if not args.quick and not args.only:
+        print("\nFit time as the data grow (friedman1):")
+        scaling()
 
 
 if __name__ == "__main__":
