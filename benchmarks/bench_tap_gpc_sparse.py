@@ -254,7 +254,7 @@ def optimise_sparse(kernel, X, t, Z, likelihood, inducing=True, max_evaluations=
     return k, Z_, -result.fun, evaluations
 
 
-def part_three(likelihood, n=10_000, m=256):
+def part_three(likelihood, n=10_000, m=256, with_inducing=True):
     """Kernel (amplitude, 4 length scales) and inducing inputs optimised."""
     X, t = make_data(n + N_TEST, 2)
     X, t, X_test, t_test = X[:n], t[:n], X[n:], t[n:]
@@ -262,7 +262,7 @@ def part_three(likelihood, n=10_000, m=256):
     Z0, kmeans_s = inducing_inputs(X, m)
     print(f"n = {n}, m = {m}, start {start_kernel}, probit, optimised")
     rows = []
-    for inducing in (False, True):
+    for inducing in (False, True) if with_inducing else (False,):
         with Timer() as timer:
             kernel, Z, evidence, evaluations = optimise_sparse(
                 start_kernel, X, t, Z0, likelihood, inducing=inducing
@@ -300,6 +300,9 @@ def main():
     )
     parser.add_argument("--optimise-n", type=int, default=10_000)
     parser.add_argument(
+        "--kernel-only", action="store_true", help="part 3 without optimising Z"
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="n = 500, m = 32 and 64 only"
     )
     args = parser.parse_args()
@@ -308,7 +311,7 @@ def main():
     print(f"load average {os.getloadavg()[0]:.2f}, BLAS threads {args.blas_threads}")
     with threadpool_limits(args.blas_threads):
         if args.optimise:
-            part_three(likelihood, n=args.optimise_n, m=args.large_m)
+            part_three(likelihood, args.optimise_n, args.large_m, not args.kernel_only)
         elif args.quick:
             part_one(kernel, likelihood, n=500, sizes=(32, 64))
         elif not args.large_only:
