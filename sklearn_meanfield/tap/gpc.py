@@ -30,12 +30,7 @@ from .._parallel import (
     run_parallel,
     select_best,
 )
-from .._progress import (
-    CallbackSupportMixin,
-    CallbackTask,
-    ProgressReporter,
-    fit_progress,
-)
+from .._progress import CallbackSupportMixin, ProgressReporter, fit_progress
 from ._core import (
     KernelPosterior,
     PriorVariance,
@@ -133,17 +128,7 @@ class _Evaluation(NamedTuple):
     contradicted: int
 
 
-def _solve(
-    K,
-    t,
-    likelihood,
-    options,
-    start=None,
-    tol=None,
-    on_iteration=None,
-    log=None,
-    weights=None,
-):
+def _solve(K, t, likelihood, options, start, on_iteration, log, weights, tol=None):
     """Run EP (adaptive TAP) on a kernel matrix, fractional EP where it stalls.
 
     ``start`` holds warm-start sites (see
@@ -244,17 +229,8 @@ def _evaluate(
     else:
         K = kernel(X)
     likelihood = options.make_likelihood()
-    solution = _solve(
-        K,
-        t,
-        likelihood,
-        options,
-        start,
-        tol,
-        on_iteration=None if printer is None else print_sweeps(printer),
-        log=printer,
-        weights=weights,
-    )
+    sweeps = None if printer is None else print_sweeps(printer)
+    solution = _solve(K, t, likelihood, options, start, sweeps, printer, weights, tol)
     contradicted = contradicted_points(K, t, solution)
     if not eval_gradient:
         return _Evaluation(solution, solution.log_evidence, None, contradicted)
@@ -322,21 +298,6 @@ class _OptimizerRun(NamedTuple):
     neg_log_evidence: float
     sites: object
     stopped: bool
-
-
-def _optimize_from(initial_theta, X, t, kernel, options, task=None, weights=None):
-    """One optimiser run from ``initial_theta``; EP warm-starts along the path.
-
-    Returns an :class:`_OptimizerRun`.  ``task`` (a
-    :class:`~sklearn_meanfield._progress.CallbackTask`) gets a step per
-    evidence evaluation.
-    """
-    task = CallbackTask() if task is None else task
-    task.begin()
-    try:
-        return _run_optimizer(initial_theta, X, t, kernel, options, task, weights)
-    finally:
-        task.end()
 
 
 # An evaluation whose EP did not converge (plain and fractional EP stalled:
@@ -434,6 +395,12 @@ class _Search:
 
 
 def _run_optimizer(initial_theta, X, t, kernel, options, task, weights):
+    """One optimiser run from ``initial_theta``; EP warm-starts along the path.
+
+    Returns an :class:`_OptimizerRun`.  ``task`` (a
+    :class:`~sklearn_meanfield._progress.CallbackTask`) gets a step per
+    evidence evaluation.
+    """
     printer = None
     if options.verbose >= 1:
         printer = ProgressReporter(options.verbose, options.prefix)
@@ -448,11 +415,12 @@ def _run_optimizer(initial_theta, X, t, kernel, options, task, weights):
         printer=printer,
     )
     _, bounds = _search_space(kernel, options)
-    try:
-        theta, value = options.optimizer(search, initial_theta, bounds=bounds)
-        theta = np.asarray(theta, dtype=float)
-    except _StopRequested:
-        return _OptimizerRun(search.theta, float(search.best), search.sites, True)
+    with task:
+        try:
+            theta, value = options.optimizer(search, initial_theta, bounds=bounds)
+            theta = np.asarray(theta, dtype=float)
+        except _StopRequested:
+            return _OptimizerRun(search.theta, float(search.best), search.sites, True)
     if search.best < value or not np.isfinite(value):
         # The optimiser ended elsewhere than at its best evaluation (an
         # abnormal line search): the best one is used.
@@ -478,23 +446,6 @@ def _warn_at_bounds(kernel, options):
             )
 
 
-def _fit_binary(X, t, kernel, options, seed, n_jobs, task=None, weights=None):
-    """Fit one binary problem, on the BLAS threads its matrices are worth.
-
-    ``task`` (a :class:`~sklearn_meanfield._progress.CallbackTask`) is the
-    problem's callback task: its subtasks are the optimiser runs (a step per
-    evidence evaluation) and the final solve (a step per sweep).
-    """
-    reporter = ProgressReporter(options.verbose, options.prefix, task=task)
-    reporter.task.begin()
-    with blas_threads_for_matrix(_num_samples(X)):
-        problem = _fit_binary_on_current_threads(
-            X, t, kernel, options, seed, n_jobs, reporter, weights
-        )
-    reporter.task.end()
-    return problem
-
-
 def _optimise(X, t, kernel, options, seed, n_jobs, reporter, weights):
     """The best of the optimiser runs (the first from the kernel's own
     hyperparameters, the others from random draws within the bounds)."""
@@ -510,7 +461,7 @@ def _optimise(X, t, kernel, options, seed, n_jobs, reporter, weights):
         starts.append(rng.uniform(bounds[:, 0], bounds[:, 1]))
     run_tasks = reporter.task.subtasks(len(starts), "optimiser run", max_steps=None)
     runs = run_parallel(
-        _optimize_from,
+        _run_optimizer,
         [
             (theta0, X, t, kernel, options, run_task, weights)
             for theta0, run_task in zip(starts, run_tasks)
@@ -528,38 +479,42 @@ def _optimise(X, t, kernel, options, seed, n_jobs, reporter, weights):
     return best, any(run.stopped for run in runs)
 
 
-def _fit_binary_on_current_threads(
-    X, t, kernel, options, seed, n_jobs, reporter, weights
-):
+def _fit_binary(X, t, kernel, options, seed, n_jobs, task=None, weights=None):
     """Fit one binary problem: hyperparameters, then the mean-field solution.
 
     A pure function of its arguments (and ``seed``), so one-vs-rest problems
-    and restarts can run on any joblib backend with identical results.
-    Returns a :class:`BinaryFit`.
+    and restarts can run on any joblib backend with identical results; on
+    the BLAS threads its matrices are worth.  ``task`` (a
+    :class:`~sklearn_meanfield._progress.CallbackTask`) is the problem's
+    callback task: its subtasks are the optimiser runs (a step per evidence
+    evaluation) and the final solve (a step per sweep).  Returns a
+    :class:`BinaryFit`.
     """
-    stopped = False
-    sites = None
-    if options.optimizer is not None and (
-        kernel.n_dims > 0 or options.learns_label_noise
-    ):
-        best, stopped = _optimise(
-            X, t, kernel, options, seed, n_jobs, reporter, weights
+    reporter = ProgressReporter(options.verbose, options.prefix, task=task)
+    with reporter.task, blas_threads_for_matrix(_num_samples(X)):
+        stopped = False
+        sites = None
+        if options.optimizer is not None and (
+            kernel.n_dims > 0 or options.learns_label_noise
+        ):
+            best, stopped = _optimise(
+                X, t, kernel, options, seed, n_jobs, reporter, weights
+            )
+            kernel, options = _at(best.theta, kernel, options)
+            sites = best.sites
+            if not stopped:
+                _warn_at_bounds(kernel, options)
+        else:
+            kernel = kernel.clone_with_theta(kernel.theta)
+        K = kernel(X)
+        likelihood = options.make_likelihood()
+        solution, log_evidence, stopped = _final_solve(
+            K, t, likelihood, options, sites, stopped, reporter, weights
         )
-        kernel, options = _at(best.theta, kernel, options)
-        sites = best.sites
-        if not stopped:
-            _warn_at_bounds(kernel, options)
-    else:
-        kernel = kernel.clone_with_theta(kernel.theta)
-    K = kernel(X)
-    likelihood = options.make_likelihood()
-    solution, log_evidence, stopped = _final_solve(
-        K, t, likelihood, options, sites, stopped, reporter, weights
-    )
-    contradicted = contradicted_points(K, t, solution)
-    _warn_unreliable(solution, options, stopped, contradicted, len(t))
-    if solution.posterior is not None:
-        solution.posterior.release()
+        contradicted = contradicted_points(K, t, solution)
+        _warn_unreliable(solution, options, stopped, contradicted, len(t))
+        if solution.posterior is not None:
+            solution.posterior.release()
     return BinaryFit(
         kernel=kernel,
         likelihood=likelihood,
@@ -579,21 +534,18 @@ def _final_solve(K, t, likelihood, options, sites, stopped, reporter, weights):
         reporter.prefix,
         task=reporter.task.subtask("solve", max_steps=None),
     )
-    solve.task.begin()
     sweeps = sweep_steps(solve)
     # Stopped during the search: the best evaluation's sites as they are
     # (one sweep returns the warm start's solution, not a step beyond it).
     final = replace(options, max_iter=1) if stopped else options
-    ep = _solve(
-        K, t, likelihood, final, sites, on_iteration=sweeps, log=solve, weights=weights
-    )
-    solution = ep
-    if options.method == "naive":
-        solution = _naive_solve(
-            K, t, likelihood, final, on_iteration=sweeps, weights=weights
-        )
+    with solve.task:
+        ep = _solve(K, t, likelihood, final, sites, sweeps, solve, weights)
+        solution = ep
+        if options.method == "naive":
+            solution = _naive_solve(
+                K, t, likelihood, final, on_iteration=sweeps, weights=weights
+            )
     stopped |= ep.stopped or solution.stopped
-    solve.task.end()
     reporter(
         1,
         "final %s solve: %d sweeps, %s, log evidence %.4f",

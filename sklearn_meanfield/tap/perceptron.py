@@ -205,91 +205,90 @@ def _incremental_solve(posterior, t, w, options, seed, task=None):
     callback task; its steps are the sweeps of every stage.
     """
     reporter = ProgressReporter(options.verbose, PREFIX, task=task)
-    reporter.task.begin()
-    solution = _incremental_stages(posterior, t, w, options, seed, reporter)
-    reporter.task.end()
-    return solution
-
-
-def _incremental_stages(posterior, t, w, options, seed, reporter):
     n = posterior.n
     order = np.random.RandomState(seed).permutation(n)
     size = min(n, max(8, n // 16))
     warm = None
-    while True:
-        index = order[:size]
-        solution = _solve(
-            posterior.subset(index),
-            t[index],
-            None if w is None else w[index],
-            options,
-            warm,
-            reporter,
-        )
-        if size == n or solution.stopped:
-            break
-        new_size = min(n, 2 * size)
-        warm = _warm_start(solution, new_size - size)
-        size = new_size
-    if solution.stopped:
-        return solution  # a partial set: refused by the caller
-    # Back to the original order of the examples.
-    inverse = np.argsort(order)
-    return _solve(
-        posterior,
-        t,
-        w,
-        options,
-        _WarmStart(
+    with reporter.task:
+        while True:
+            index = order[:size]
+            solution = _solve(
+                posterior.subset(index),
+                t[index],
+                None if w is None else w[index],
+                options,
+                warm,
+                reporter,
+            )
+            if size == n or solution.stopped:
+                break
+            new_size = min(n, 2 * size)
+            warm = _warm_start(solution, new_size - size)
+            size = new_size
+        if solution.stopped:
+            return solution  # a partial set: refused by the caller
+        # Back to the original order of the examples.
+        inverse = np.argsort(order)
+        warm = _WarmStart(
             solution.tau[inverse], solution.nu[inverse], solution.alpha[inverse]
-        ),
-        reporter,
-    )
+        )
+        return _solve(posterior, t, w, options, warm, reporter)
 
 
 def _fit_binary(Phi, t, w, options, seed, n_jobs, task=None):
     """One binary problem: plain iteration, then incremental restarts if needed.
 
-    ``task`` (a :class:`~sklearn_meanfield._progress.CallbackTask`) is the
-    problem's callback task: its subtasks are the solve (whose steps are the
-    sweeps) and, when they run, the incremental restarts.
+    On the BLAS threads its matrices are worth (``d x d`` in weight space,
+    ``m x m`` in the dual space).  ``task`` (a
+    :class:`~sklearn_meanfield._progress.CallbackTask`) is the problem's
+    callback task: its subtasks are the solve (whose steps are the sweeps)
+    and, when they run, the incremental restarts.  Returns a
+    :class:`BinaryFit`.
     """
-    # d x d matrices in weight space, m x m in the dual space.
     side = Phi.shape[1] if options.space == "weight" else Phi.shape[0]
     reporter = ProgressReporter(options.verbose, PREFIX, task=task)
-    reporter.task.begin()
-    with blas_threads_for_matrix(side):
-        problem = _fit_binary_solve(Phi, t, w, options, seed, n_jobs, reporter)
-    reporter.task.end()
-    return problem
+    with reporter.task, blas_threads_for_matrix(side):
+        if options.space == "weight":
+            posterior = WeightSpacePosterior(Phi)
+        else:
+            K = Phi @ Phi.T
+            posterior = KernelPosterior(K.toarray() if sparse.issparse(K) else K)
+        solve = ProgressReporter(
+            options.verbose,
+            reporter.prefix,
+            task=reporter.task.subtask("solve", max_steps=None),
+        )
+        with solve.task:
+            solution = _solve(posterior, t, w, options, reporter=solve)
+        reporter(
+            1,
+            "%s mean field in %s space: %d sweeps, converged=%s",
+            options.variance,
+            options.space,
+            solution.n_iter,
+            solution.converged,
+        )
+        if not (solution.converged or solution.stopped) and options.n_restarts > 0:
+            solution = _best_of_restarts(
+                posterior, t, w, options, seed, n_jobs, reporter, solution
+            )
+        _warn_unconverged(solution, options)
+        weight_mean = Phi.T @ solution.alpha
+        if options.space == "weight":
+            variance_model = solution.posterior
+        else:
+            variance_model = _DualFieldVariance(Phi, solution.posterior)
+        if solution.posterior is not None:
+            solution.posterior.release()
+    return BinaryFit(weight_mean, variance_model, solution)
 
 
-def _fit_binary_solve(Phi, t, w, options, seed, n_jobs, reporter):
-    if options.space == "weight":
-        posterior = WeightSpacePosterior(Phi)
-    else:
-        K = Phi @ Phi.T
-        posterior = KernelPosterior(K.toarray() if sparse.issparse(K) else K)
-    solve = ProgressReporter(
-        options.verbose,
-        reporter.prefix,
-        task=reporter.task.subtask("solve", max_steps=None),
-    )
-    solve.task.begin()
-    solution = _solve(posterior, t, w, options, reporter=solve)
-    solve.task.end()
-    reporter(
-        1,
-        "%s mean field in %s space: %d sweeps, converged=%s",
-        options.variance,
-        options.space,
-        solution.n_iter,
-        solution.converged,
-    )
-    if not solution.converged and not solution.stopped and options.n_restarts > 0:
-        n_restarts = options.n_restarts
-        restarts = reporter.task.subtask("incremental restarts", max_steps=n_restarts)
-        restarts.begin()
+def _best_of_restarts(posterior, t, w, options, seed, n_jobs, reporter, solution):
+    """Incremental restarts (in parallel, one callback task each) for a
+    solve that did not converge; the best converged one or ``solution``."""
+    n_restarts = options.n_restarts
+    restarts = reporter.task.subtask("incremental restarts", max_steps=n_restarts)
+    with restarts:
         # Seeds drawn up front, as run_restarts does; one task per restart.
         candidates = run_parallel(
             _incremental_solve,
@@ -302,17 +301,18 @@ def _fit_binary_solve(Phi, t, w, options, seed, n_jobs, reporter):
             ],
             n_jobs=n_jobs,
         )
-        restarts.end()
-        candidates = [solution] + [
-            c for c in candidates if c.converged and not c.stopped
-        ]
-        _, solution = select_best(candidates, key=_free_energy_score)
-        reporter(
-            1,
-            "incremental restarts: best free energy %.4f (converged=%s)",
-            -_free_energy_score(solution),
-            solution.converged,
-        )
+    candidates = [solution] + [c for c in candidates if c.converged and not c.stopped]
+    _, solution = select_best(candidates, key=_free_energy_score)
+    reporter(
+        1,
+        "incremental restarts: best free energy %.4f (converged=%s)",
+        -_free_energy_score(solution),
+        solution.converged,
+    )
+    return solution
+
+
+def _warn_unconverged(solution, options):
     if solution.stopped:
         warnings.warn(
             f"A callback stopped the {options.variance} TAP equations after "
@@ -327,14 +327,6 @@ def _fit_binary_solve(Phi, t, w, options, seed, n_jobs, reporter):
             "max_iter or n_restarts, lower damping, or allow label_noise > 0.",
             ConvergenceWarning,
         )
-    weight_mean = Phi.T @ solution.alpha
-    if options.space == "weight":
-        variance_model = solution.posterior
-    else:
-        variance_model = _DualFieldVariance(Phi, solution.posterior)
-    if solution.posterior is not None:
-        solution.posterior.release()
-    return BinaryFit(weight_mean, variance_model, solution)
 
 
 class _DualFieldVariance:
