@@ -456,6 +456,60 @@ def test_kernel_input_derivatives_against_central_differences(kernel):
             np.testing.assert_allclose(got[:, j, k], numeric, rtol=1e-6, atol=1e-8)
 
 
+def _more_kernels():
+    from sklearn.gaussian_process import kernels as k
+
+    return _kernels() + [
+        k.RationalQuadratic(0.8, alpha=1.7) * k.ConstantKernel(0.5, "fixed"),
+        k.RBF([0.7, 1.3], "fixed") + k.Matern([0.8, 1.2], nu=0.5),
+        k.Matern(1.1, nu=2.5) ** 1.5 + k.WhiteKernel(0.3),
+    ]
+
+
+@pytest.mark.parametrize("kernel", _more_kernels(), ids=lambda k: type(k).__name__)
+def test_cross_covariance_theta_derivatives_equal_scikit_learns(kernel):
+    # scikit-learn differentiates k(C, C) only: its cross block and diagonal
+    # on the stacked inputs C = [A; B] are the reference.
+    from sklearn_meanfield.tap._sparse import _theta_gradient
+
+    rng = np.random.default_rng(24)
+    A, B = rng.normal(size=(6, 2)), rng.normal(size=(4, 2))
+    _, stacked = kernel(np.vstack([A, B]), eval_gradient=True)
+    value, cross = _theta_gradient(kernel, A, B)
+    np.testing.assert_allclose(value, kernel(A, B), rtol=1e-12)
+    np.testing.assert_allclose(cross, stacked[:6, 6:], rtol=1e-10, atol=1e-12)
+    value, diag = _theta_gradient(kernel, A, None)
+    np.testing.assert_allclose(value, kernel.diag(A), rtol=1e-12)
+    np.testing.assert_allclose(
+        diag, stacked[np.arange(6), np.arange(6)], rtol=1e-10, atol=1e-12
+    )
+
+
+def test_kernel_gradient_analytic_and_stacked_agree(monkeypatch):
+    # Both paths of fitc_kernel_gradient on one solution: the analytic
+    # cross-derivatives, and the stacked inputs [X_b; Z] that kernels
+    # without them take (forced here).
+    from sklearn.gaussian_process import kernels as k
+
+    from sklearn_meanfield.tap import _sparse
+
+    X, t = _data(50, 25)
+    Z = X[:6] + 0.1
+    kernel = k.ConstantKernel(1.3) * k.Matern([0.8, 1.2], nu=1.5) + k.WhiteKernel(0.1)
+    solution = expectation_propagation(
+        FITCPosterior.from_kernel(kernel, X, Z), t, make_likelihood("probit", 0.0)
+    )
+    adjoints = fitc_evidence_adjoints(solution)
+    analytic = fitc_kernel_gradient(adjoints, kernel, X, Z, block_size=7)
+
+    def unavailable(*args):
+        raise NotImplementedError
+
+    monkeypatch.setattr(_sparse, "_theta_gradient", unavailable)
+    stacked = fitc_kernel_gradient(adjoints, kernel, X, Z, block_size=7)
+    np.testing.assert_allclose(analytic, stacked, rtol=1e-10, atol=1e-12)
+
+
 def test_inducing_gradient_of_a_scikit_learn_kernel_against_central_differences():
     from sklearn.gaussian_process.kernels import ConstantKernel as C
     from sklearn.gaussian_process.kernels import Matern

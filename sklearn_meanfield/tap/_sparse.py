@@ -667,10 +667,13 @@ def fitc_evidence_gradient(solution, K_mm_gradient, K_nm_gradient, K_nn_diag_gra
 def fitc_kernel_gradient(adjoints, kernel, X, Z, block_size=None):
     """Gradient of the FITC-EP log evidence in ``kernel.theta``, block by block.
 
-    scikit-learn kernels give hyperparameter derivatives of ``k(A, A)`` only;
-    the derivatives of ``K_bm``, ``K_mm`` and the block's prior variances are
-    read off the stacked inputs ``[X_b; Z]`` (an ``(b + m)^2 x n_params``
-    array a block), so no ``(n, m, n_params)`` array is formed.
+    scikit-learn kernels give hyperparameter derivatives of ``k(A, A)`` only.
+    ``K_mm``'s come from there; those of ``K_bm`` and of the block's prior
+    variances are computed here for sums, products and powers of Constant,
+    White, DotProduct, RBF, Matern (``nu`` 0.5, 1.5, 2.5, inf) and
+    RationalQuadratic, and for other kernels read off the stacked inputs
+    ``[X_b; Z]`` (an ``(b + m)^2 x n_params`` array a block, four times the
+    work).  No ``(n, m, n_params)`` array is formed.
 
     Parameters
     ----------
@@ -680,8 +683,8 @@ def fitc_kernel_gradient(adjoints, kernel, X, Z, block_size=None):
     X : ndarray of shape (n, n_features)
     Z : ndarray of shape (m, n_features)
     block_size : int or None, default=None
-        Rows a block (None: ``m``, so a block's stacked gradient costs
-        about four ``m x m x n_params`` arrays).
+        Rows a block (None: about 8 MiB of derivatives; ``m`` rows for the
+        stacked inputs).
 
     Returns
     -------
@@ -713,15 +716,98 @@ def fitc_kernel_gradient(adjoints, kernel, X, Z, block_size=None):
     """
     G_mm, G_nm, g_nn = adjoints
     m = len(Z)
-    gradient = np.zeros(kernel.n_dims)
-    for number, block in enumerate(_blocks(len(X), block_size or m)):
-        b = block.stop - block.start
-        _, dK = kernel(np.vstack([X[block], Z]), eval_gradient=True)
-        gradient += np.einsum("ij,ijk->k", G_nm[block], dK[:b, b:])
-        gradient += g_nn[block] @ dK[np.arange(b), np.arange(b)]
-        if number == 0:
-            gradient += np.einsum("ij,ijk->k", G_mm, dK[b:, b:])
+    _, dK_mm = kernel(Z, eval_gradient=True)  # K_mm as the posterior has it
+    gradient = np.einsum("ij,ijk->k", G_mm, dK_mm)
+    try:
+        _theta_gradient(kernel, Z[:1], Z[:1])
+    except NotImplementedError:  # the stacked inputs [X_b; Z], 4 b m a block
+        for block in _blocks(len(X), block_size or m):
+            b = block.stop - block.start
+            _, dK = kernel(np.vstack([X[block], Z]), eval_gradient=True)
+            gradient += np.einsum("ij,ijk->k", G_nm[block], dK[:b, b:])
+            gradient += g_nn[block] @ dK[np.arange(b), np.arange(b)]
+        return gradient
+    rows = block_size or max(1, _BLOCK_BYTES // (8 * m * max(kernel.n_dims, 1)))
+    for block in _blocks(len(X), rows):
+        gradient += np.einsum(
+            "ij,ijk->k", G_nm[block], _theta_gradient(kernel, X[block], Z)[1]
+        )
+        gradient += g_nn[block] @ _theta_gradient(kernel, X[block], None)[1]
     return gradient
+
+
+def _theta_gradient(kernel, A, B):
+    """Values and ``kernel.theta`` derivatives of ``k(A, B)`` (or of the
+    diagonal ``k(a_i, a_i)`` when ``B`` is None), for the kernels of
+    :func:`kernel_second_argument_gradient` (Matern: ``nu`` in 0.5, 1.5,
+    2.5, inf); ``NotImplementedError`` otherwise.  scikit-learn's order:
+    ``k1`` before ``k2``, a kernel's hyperparameters by name, fixed ones left
+    out.  ``WhiteKernel`` has no cross-covariance (as ``kernel(A, B)``).
+    """
+    from sklearn.gaussian_process import kernels as k
+
+    value = kernel.diag(A) if B is None else kernel(A, B)
+    if isinstance(kernel, (k.Sum, k.Product)):
+        v1, g1 = _theta_gradient(kernel.k1, A, B)
+        v2, g2 = _theta_gradient(kernel.k2, A, B)
+        if isinstance(kernel, k.Product):
+            g1, g2 = g1 * v2[..., None], v1[..., None] * g2
+        return value, np.concatenate([g1, g2], axis=-1)
+    if isinstance(kernel, k.Exponentiation):
+        v, g = _theta_gradient(kernel.kernel, A, B)
+        p = kernel.exponent
+        return value, (p * v ** (p - 1.0))[..., None] * g
+    if isinstance(kernel, (k.ConstantKernel, k.WhiteKernel)):
+        grads = {"constant_value": value[..., None], "noise_level": value[..., None]}
+    elif isinstance(kernel, k.DotProduct):
+        grads = {"sigma_0": np.full(value.shape + (1,), 2.0 * kernel.sigma_0**2)}
+    elif isinstance(kernel, (k.RBF, k.RationalQuadratic)):
+        grads = _stationary_theta_gradient(kernel, A, B, value)
+    else:
+        raise NotImplementedError(type(kernel).__name__)
+    columns = [grads[h.name] for h in kernel.hyperparameters if not h.fixed]
+    if not columns:
+        return value, np.empty(value.shape + (0,))
+    return value, np.concatenate(columns, axis=-1)
+
+
+def _stationary_theta_gradient(kernel, A, B, value):
+    """Length-scale (and RationalQuadratic's alpha) derivatives, by name."""
+    from sklearn.gaussian_process import kernels as k
+
+    length = np.atleast_1d(np.asarray(kernel.length_scale, dtype=float))
+    if B is None:  # k(a, a) does not depend on them
+        return {
+            "length_scale": np.zeros((len(A), len(length))),
+            "alpha": np.zeros((len(A), 1)),
+        }
+    D = ((A[:, None, :] - B[None, :, :]) / length) ** 2  # per dimension
+    r = np.sqrt(np.sum(D, axis=-1))
+    if isinstance(kernel, k.RationalQuadratic):
+        base = 1.0 + r**2 / (2.0 * kernel.alpha)
+        d_alpha = (
+            value * kernel.alpha * (-np.log(base) + r**2 / (2 * kernel.alpha * base))
+        )
+        factor = base ** (-kernel.alpha - 1.0)
+        grads = {"alpha": d_alpha[..., None]}
+    elif isinstance(kernel, k.Matern) and kernel.nu != np.inf:
+        if kernel.nu == 0.5:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                factor = np.where(r > 0, np.exp(-r) / r, 0.0)
+        elif kernel.nu == 1.5:
+            factor = 3.0 * np.exp(-np.sqrt(3.0) * r)
+        elif kernel.nu == 2.5:
+            factor = 5.0 / 3.0 * (1.0 + np.sqrt(5.0) * r) * np.exp(-np.sqrt(5.0) * r)
+        else:
+            raise NotImplementedError(f"Matern nu={kernel.nu}")
+        grads = {}
+    else:  # RBF, Matern(nu=inf)
+        factor, grads = value, {}
+    per_dimension = factor[..., None] * D  # d k / d log l_k
+    if len(length) == 1 or not kernel.anisotropic:
+        per_dimension = np.sum(per_dimension, axis=-1, keepdims=True)
+    grads["length_scale"] = per_dimension
+    return grads
 
 
 def fitc_inducing_gradient(adjoints, K_nm_dZ, K_mm_dZ):
