@@ -106,6 +106,26 @@ def test_more_trained_models_match_exact_enumeration(case):
     _check_trained_model(case)
 
 
+def test_more_hidden_than_visible_units():
+    # 100 hidden units on 4 x 4 digits: exact enumeration runs over the 16
+    # visible units, while AIS still sums the hidden units out.
+    X, _ = load_digits(return_X_y=True)
+    X = (X.reshape(-1, 4, 2, 4, 2).max(axis=(2, 4)).reshape(-1, 16) > 8).astype(float)
+    model = BernoulliRBM(
+        n_components=100, learning_rate=0.05, n_iter=20, random_state=0
+    ).fit(X[:1000])
+    params = (model.components_, model.intercept_visible_, model.intercept_hidden_)
+    result = ais_log_partition(
+        *params,
+        base_visible_bias=base_rate_visible_bias(X[:1000]),
+        n_temperatures=1000,
+        random_state=0,
+    )
+    exact = exact_log_partition(*params)
+    assert abs(result.log_z - exact) < TOLERANCE
+    assert abs(result.log_z - exact) < 5 * result.std_error + 0.01
+
+
 def test_log_likelihood_of_held_out_digits():
     (W, b, c), X_train = trained(*DEFAULT_MODELS[0])
     _, X_test = digits_split()
