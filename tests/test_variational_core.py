@@ -367,23 +367,23 @@ def test_weighted_bound_equals_repeated_rows(covariance):
     X1, T, shape, theta, alpha, lam = _problem(covariance, n=6)
     sw = np.array([2.0, 0.0, 1.0, 3.0, 0.0, 1.0])
     reps = sw.astype(int)
-    stats_w, stats_r = {}, {}
-    value_w, grad_w = negative_bound(
-        theta, X1, T, alpha, lam, shape, stats=stats_w, sample_weight=sw
+    value_w, grad_w, stats_w = negative_bound(
+        theta, X1, T, alpha, lam, shape, return_stats=True, sample_weight=sw
     )
-    value_r, grad_r = negative_bound(
+    value_r, grad_r, stats_r = negative_bound(
         theta,
         X1.repeat(reps, axis=0),
         T.repeat(reps, axis=0),
         alpha,
         lam,
         shape,
-        stats=stats_r,
+        return_stats=True,
     )
     assert value_w == pytest.approx(value_r, rel=1e-12)
     np.testing.assert_allclose(grad_w, grad_r, rtol=1e-10, atol=1e-12)
-    assert stats_w["n_samples"] == stats_r["n_samples"] == 7
-    np.testing.assert_allclose(stats_w["sq_err"], stats_r["sq_err"], rtol=1e-12)
+    assert stats_w.n_samples == stats_r.n_samples == 7
+    np.testing.assert_allclose(stats_w.sq_err, stats_r.sq_err, rtol=1e-12)
+    np.testing.assert_allclose(stats_w.second_moment, stats_r.second_moment)
     groups = weight_groups(shape)
     for a, b in zip(
         reestimate(theta, X1, T, shape, groups, sample_weight=sw),
@@ -424,8 +424,10 @@ def test_factored_families_match_the_dense_computation(covariance):
     dense = _local(X1, wbar, covariance_matrix(theta, shape), shape)
     factored = _local_factored(X1, wbar, _diag_part(log_diag, shape), F, shape)
     for name in ("S", "c", "D", "abar"):
-        np.testing.assert_allclose(factored[name], dense[name], atol=1e-12)
-    _, local = _evaluate(theta, X1, T, alpha, lam, shape, True, None, None)
+        np.testing.assert_allclose(
+            getattr(factored, name), getattr(dense, name), atol=1e-12
+        )
+    _, _, local = _evaluate(theta, X1, T, alpha, lam, shape, True, None)
     G = _covariance_gradient(local, X1, lam, shape)
     V = np.random.RandomState(3).normal(size=(shape.n_weights, 4))
     diagonal, product = covariance_gradient_products(local, X1, lam, shape, V)
@@ -450,7 +452,7 @@ def test_diag_mean_step_solves_the_mixed_system():
     X1, T, shape, theta, alpha, lam = _problem("diag", n=30)
     precision = precision_matrix(theta, shape)
     _, g, target = natural_gradient_terms(theta, X1, T, alpha, lam, shape)
-    _, local = _evaluate(theta, X1, T, alpha, lam, shape, True, None, None)
+    _, _, local = _evaluate(theta, X1, T, alpha, lam, shape, True, None)
     dense = _covariance_gradient(local, X1, lam, shape)
     solved = 0
     for step in (1.0, 0.25, 1 / 16):

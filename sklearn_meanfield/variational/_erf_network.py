@@ -25,6 +25,8 @@ Barber, D. and Bishop, C. M. (1998). Ensemble learning for multi-layer
 networks. Advances in Neural Information Processing Systems 10, 395-401.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from scipy.special import erf, ndtr, owens_t
 
@@ -46,6 +48,7 @@ __all__ = [
     "joint_negative_bound",
     "reestimate",
     "reestimate_from_stats",
+    "BoundStats",
     "bound_at_hyperparameters",
     "weight_groups",
 ]
@@ -488,6 +491,96 @@ def weight_groups(shape):
     return shape.weights.pack(U=np.arange(P), V=P)
 
 
+class LocalMoments(NamedTuple):
+    """Moments of the activations ``a`` and output weights ``v`` per point.
+
+    ``Ubar`` (H, P) and ``Vbar`` (H, M) are the mean weights, ``abar`` (n, H)
+    the mean activations, ``S`` (n, H, H) their covariances,
+    ``c[n, m, k, i] = Cov(v_km, a_ni)`` (n, M, H, H) and
+    ``D[m, k, l] = Cov(v_km, v_lm)`` (M, H, H).
+    """
+
+    Ubar: np.ndarray
+    Vbar: np.ndarray
+    abar: np.ndarray
+    S: np.ndarray
+    c: np.ndarray
+    D: np.ndarray
+
+
+class _PairTerms(NamedTuple):
+    """Coefficients of the jet entries in ``<f_m^2>`` for every pair (i, j).
+
+    ``<v_i g(a_i) v_j g(a_j)>`` by Stein's lemma is
+    ``A J00 + w10 J10 + w01 J01 + w20 J20 + w11 J11 + w02 J02``; ``ci1, ci2``
+    (``cj1, cj2``) are the covariances of ``v_i`` (``v_j``) with ``(a_i,
+    a_j)`` and ``vi, vj`` the mean output weights, broadcast to (n, M, H, H).
+    """
+
+    A: np.ndarray
+    w10: np.ndarray
+    w01: np.ndarray
+    w20: np.ndarray
+    w11: np.ndarray
+    w02: np.ndarray
+    ci1: np.ndarray
+    ci2: np.ndarray
+    cj1: np.ndarray
+    cj2: np.ndarray
+    vi: np.ndarray
+    vj: np.ndarray
+
+
+class _Jets(NamedTuple):
+    """What the backward pass reuses from :func:`_data_moments`: the
+    univariate moments ``e``, the pair jet ``J``, the :class:`_PairTerms` and
+    ``cdiag[n, m, i] = Cov(v_im, a_ni)``."""
+
+    e: np.ndarray
+    J: np.ndarray
+    terms: _PairTerms
+    cdiag: np.ndarray
+
+
+class BoundStats(NamedTuple):
+    """What the hyperparameters' re-estimates and gradients need from ``Q``.
+
+    ``sq_err`` (n_outputs,) is ``sum_n s_n l_nm``, the weighted expected
+    squared errors; ``n_samples`` is ``sum_n s_n`` (the number of rows
+    without weights); ``second_moment`` (n_weights,) is ``wbar_j^2 + C_jj``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.variational._erf_network import BoundStats
+    >>> BoundStats(np.array([5.0]), 10, np.array([0.5])).n_samples
+    10
+    """
+
+    sq_err: np.ndarray
+    n_samples: float
+    second_moment: np.ndarray
+
+
+class BoundGradients(NamedTuple):
+    """The backward pass of the bound (:func:`_evaluate`).
+
+    ``g_wbar`` (k,) is the gradient of minus the bound in the mean weights;
+    ``g_S``, ``g_c``, ``g_D`` those of the expected loss in the local moments
+    (:class:`LocalMoments`), from which ``dL/dC`` follows; ``diag`` and ``F``
+    are ``Q``'s covariance factors and ``woodbury`` ``(C^-1 F, diag(C^-1))``
+    for the factored families (None for ``"full"``).
+    """
+
+    g_wbar: np.ndarray
+    g_S: np.ndarray
+    g_c: np.ndarray
+    g_D: np.ndarray
+    diag: np.ndarray
+    F: np.ndarray
+    woodbury: tuple
+
+
 def _local(X1, wbar, C, shape):
     """Moments of ``(a, v)`` at every data point, from the dense ``C``.
 
@@ -503,7 +596,7 @@ def _local(X1, wbar, C, shape):
     S = np.matmul(half.reshape(n, H * H, P), X1[:, :, None]).reshape(n, H, H)
     c = (X1 @ Cvu.transpose(3, 1, 0, 2).reshape(P, M * H * H)).reshape(n, M, H, H)
     D = np.einsum("kmlm->mkl", Cvv)
-    return dict(Ubar=Ubar, Vbar=Vbar, abar=abar, S=S, c=c, D=D)
+    return LocalMoments(Ubar, Vbar, abar, S, c, D)
 
 
 def _weight_blocks(C, shape):
@@ -537,7 +630,7 @@ def _local_factored(X1, wbar, diag, F, shape):
     c = np.einsum("kmr,nir->nmki", Fv, A)
     D = np.einsum("kmr,lmr->mkl", Fv, Fv)
     D[:, idx, idx] += diag_v.T
-    return dict(Ubar=Ubar, Vbar=Vbar, abar=abar, S=S, c=c, D=D, A=A)
+    return LocalMoments(Ubar, Vbar, abar, S, c, D)
 
 
 def _local_moments(X1, theta, shape):
@@ -596,7 +689,7 @@ def _symmetric_pair_moments(loc, order):
     ``J[p, q]`` at ``(i, j)`` equals ``J[q, p]`` at ``(j, i)``, which halves
     the cost of the most expensive step.
     """
-    abar, S = loc["abar"], loc["S"]
+    abar, S = loc.abar, loc.S
     n, H = abar.shape
     iu, ju = np.triu_indices(H)
     sdiag = np.diagonal(S, axis1=1, axis2=2)
@@ -612,7 +705,7 @@ def _symmetric_pair_moments(loc, order):
 
 def _data_moments(loc, order):
     """``<f_m>`` and ``<f_m^2>`` (n, M) by Stein's lemma on every pair (i, j)."""
-    abar, S, c, D, Vbar = loc["abar"], loc["S"], loc["c"], loc["D"], loc["Vbar"]
+    abar, S, c, D, Vbar = loc.abar, loc.S, loc.c, loc.D, loc.Vbar
     sdiag = np.diagonal(S, axis1=1, axis2=2)
     e = erf_moments(abar, sdiag, order=order - 1)
     J = _symmetric_pair_moments(loc, order)
@@ -627,7 +720,7 @@ def _data_moments(loc, order):
     vi = Vbar.T[None, :, :, None]  # (1, M, H, 1)
     vj = Vbar.T[None, :, None, :]
     A = vi * vj + D[None]
-    terms = dict(
+    t = _PairTerms(
         A=A,
         w10=vi * cj1 + vj * ci1,
         w01=vi * cj2 + vj * ci2,
@@ -643,14 +736,14 @@ def _data_moments(loc, order):
     )
     Jn = J[:, :, :, None]  # broadcast the jet over outputs
     second = (
-        terms["A"] * Jn[0, 0]
-        + terms["w10"] * Jn[1, 0]
-        + terms["w01"] * Jn[0, 1]
-        + terms["w20"] * Jn[2, 0]
-        + terms["w11"] * Jn[1, 1]
-        + terms["w02"] * Jn[0, 2]
+        t.A * Jn[0, 0]
+        + t.w10 * Jn[1, 0]
+        + t.w01 * Jn[0, 1]
+        + t.w20 * Jn[2, 0]
+        + t.w11 * Jn[1, 1]
+        + t.w02 * Jn[0, 2]
     ).sum(axis=(2, 3))
-    return first, second, dict(e=e, J=J, terms=terms, cdiag=cdiag)
+    return first, second, _Jets(e, J, t, cdiag)
 
 
 def _row_weights(sample_weight, n):
@@ -661,10 +754,11 @@ def _row_weights(sample_weight, n):
     return w[:, None], float(w.sum())
 
 
-def _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats, sample_weight):
-    """Minus the bound and, if asked, its gradient with respect to ``wbar`` and
-    the local moments of every data point (the backward pass shared by
-    :func:`negative_bound` and :func:`natural_gradient_terms`)."""
+def _evaluate(theta, X1, T, alpha, lam, shape, return_grad, sample_weight):
+    """Minus the bound, its :class:`BoundStats` and, if asked, its gradient
+    with respect to ``wbar`` and the local moments of every data point (the
+    backward pass shared by :func:`negative_bound` and
+    :func:`natural_gradient_terms`; else None)."""
     M = shape.n_outputs
     k = shape.n_weights
     n = X1.shape[0]
@@ -673,14 +767,13 @@ def _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats, sample_weight
     diag = _diag_part(log_diag, shape)
     loc, cdiag_C = _local_moments(X1, theta, shape)
     order = 4 if return_grad else 2
-    first, second, aux = _data_moments(loc, order=order)
+    first, second, jets = _data_moments(loc, order=order)
     # Row n counts sample_weight[n] times: its log-likelihood is multiplied.
     sq_err = weight * (second - 2.0 * T * first + T * T)
 
     data = 0.5 * n_eff * np.sum(np.log(alpha) - _LOG_2PI) - 0.5 * np.sum(sq_err * alpha)
-    prior = 0.5 * np.sum(np.log(lam) - _LOG_2PI) - 0.5 * np.sum(
-        lam * (wbar * wbar + cdiag_C)
-    )
+    second_moment = wbar * wbar + cdiag_C
+    prior = 0.5 * np.sum(np.log(lam) - _LOG_2PI) - 0.5 * np.sum(lam * second_moment)
     if shape.covariance == "full":
         logdet = 2.0 * np.sum(log_diag)
         woodbury = None
@@ -688,34 +781,20 @@ def _evaluate(theta, X1, T, alpha, lam, shape, return_grad, stats, sample_weight
         logdet, woodbury = _lowrank_logdet(diag, F)
     entropy = 0.5 * logdet + 0.5 * k * (1.0 + _LOG_2PI)
     value = data + prior + entropy
-    if stats is not None:
-        stats["sq_err"] = sq_err.sum(axis=0)
-        stats["n_samples"] = n_eff
-        stats["second_moment"] = wbar * wbar + cdiag_C
+    stats = BoundStats(sq_err.sum(axis=0), n_eff, second_moment)
     if not return_grad:
-        return -value, None
+        return -value, stats, None
 
     # d(-value) = d(sum_nm alpha_m l_nm / 2) - d(prior) - ...
     gF2 = np.broadcast_to(0.5 * alpha * weight, (n, M))  # d loss / d <f^2>
     gF1 = -alpha * T * weight  # d loss / d <f>
-    g_U, g_vbar, g_S, g_c, g_D = _backward(loc, aux, gF1, gF2, X1)
+    g_U, g_vbar, g_S, g_c, g_D = _backward(loc, jets, gF1, gF2, X1)
     # Prior (as a loss) adds lam wbar to the mean gradient.
     g_wbar = shape.weights.pack(U=g_U, V=g_vbar) + lam * wbar
-    local = dict(
-        g_wbar=g_wbar,
-        g_S=g_S,
-        g_c=g_c,
-        g_D=g_D,
-        loc=loc,
-        wbar=wbar,
-        diag=diag,
-        F=F,
-        woodbury=woodbury,
-    )
-    return -value, local
+    return -value, stats, BoundGradients(g_wbar, g_S, g_c, g_D, diag, F, woodbury)
 
 
-def _backward(loc, aux, gF1, gF2, X1):
+def _backward(loc, jets, gF1, gF2, X1):
     """Gradients of the expected loss from those in ``<f>`` and ``<f^2>``.
 
     ``gF1`` and ``gF2`` (n, M) are the derivatives of the loss with respect
@@ -725,18 +804,18 @@ def _backward(loc, aux, gF1, gF2, X1):
     ``g_U`` (H, P), the mean output weights ``g_vbar`` (H, M) and the local
     moments ``g_S`` (n, H, H), ``g_c`` (n, M, H, H), ``g_D`` (M, H, H).
     """
-    e, J, t, cdiag = aux["e"], aux["J"], aux["terms"], aux["cdiag"]
-    Vbar = loc["Vbar"]
+    e, J, t, cdiag = jets
+    Vbar = loc.Vbar
     H = Vbar.shape[0]
     g4 = gF2[:, :, None, None]  # (n, M, 1, 1)
     # Coefficients of each jet entry, summed over outputs.
     W = {
-        (0, 0): (g4 * t["A"]).sum(axis=1),
-        (1, 0): (g4 * t["w10"]).sum(axis=1),
-        (0, 1): (g4 * t["w01"]).sum(axis=1),
-        (2, 0): (g4 * t["w20"]).sum(axis=1),
-        (1, 1): (g4 * t["w11"]).sum(axis=1),
-        (0, 2): (g4 * t["w02"]).sum(axis=1),
+        (0, 0): (g4 * t.A).sum(axis=1),
+        (1, 0): (g4 * t.w10).sum(axis=1),
+        (0, 1): (g4 * t.w01).sum(axis=1),
+        (2, 0): (g4 * t.w20).sum(axis=1),
+        (1, 1): (g4 * t.w11).sum(axis=1),
+        (0, 2): (g4 * t.w02).sum(axis=1),
     }
     g_m1 = sum(w * J[p + 1, q] for (p, q), w in W.items())
     g_m2 = sum(w * J[p, q + 1] for (p, q), w in W.items())
@@ -752,8 +831,8 @@ def _backward(loc, aux, gF1, gF2, X1):
     J20, J11, J02 = Jn[2, 0], Jn[1, 1], Jn[0, 2]
     gA = g4 * J00  # (n, M, H, H)
     g_D = gA.sum(axis=0)  # (M, H, H)
-    vi, vj = t["vi"], t["vj"]
-    ci1, ci2, cj1, cj2 = t["ci1"], t["ci2"], t["cj1"], t["cj2"]
+    vi, vj = t.vi, t.vj
+    ci1, ci2, cj1, cj2 = t.ci1, t.ci2, t.cj1, t.cj2
     # d/d vbar: A = vi vj + D, w10 = vi cj1 + vj ci1, w01 = vi cj2 + vj ci2.
     g_vi = g4 * (J00 * vj + J10 * cj1 + J01 * cj2)
     g_vj = g4 * (J00 * vi + J10 * ci1 + J01 * ci2)
@@ -780,7 +859,15 @@ def _backward(loc, aux, gF1, gF2, X1):
 
 
 def negative_bound(
-    theta, X1, T, alpha, lam, shape, return_grad=True, stats=None, sample_weight=None
+    theta,
+    X1,
+    T,
+    alpha,
+    lam,
+    shape,
+    return_grad=True,
+    return_stats=False,
+    sample_weight=None,
 ):
     """Minus the variational lower bound and its gradient.
 
@@ -801,11 +888,9 @@ def negative_bound(
         Prior precision of every weight.
     shape : NetworkShape
     return_grad : bool, default=True
-    stats : dict or None, default=None
-        If a dict, receives ``sq_err`` (``sum_n s_n l_nm``, shape (n_outputs,)),
-        ``n_samples`` (``sum_n s_n``) and ``second_moment``
-        (``wbar_j^2 + C_jj``, shape (n_weights,)): what the hyperparameter
-        gradients and re-estimates need.
+    return_stats : bool, default=False
+        Also return the :class:`BoundStats` at ``Q`` (what the
+        hyperparameters' gradients and re-estimates need).
     sample_weight : ndarray of shape (n_samples,) or None, default=None
         Weights ``s_n`` of the rows: row ``n``'s log-likelihood counts
         ``s_n`` times (an integer weight is the row repeated, zero drops it).
@@ -814,6 +899,7 @@ def negative_bound(
     -------
     value : float
     grad : ndarray of shape (shape.n_params,), only if ``return_grad``.
+    stats : BoundStats, only if ``return_stats``.
 
     Examples
     --------
@@ -829,12 +915,12 @@ def negative_bound(
     >>> grad.shape == theta.shape, bool(np.isfinite(value))
     (True, True)
     """
-    value, local = _evaluate(
-        theta, X1, T, alpha, lam, shape, return_grad, stats, sample_weight
+    value, stats, local = _evaluate(
+        theta, X1, T, alpha, lam, shape, return_grad, sample_weight
     )
     if not return_grad:
-        return value
-    F, diag = local["F"], local["diag"]
+        return (value, stats) if return_stats else value
+    F, diag = local.F, local.diag
     # C = diag(d^2) + F F^T: dL/dF = 2 (dL/dC) F, dL/d(d^2) = diag(dL/dC).
     if shape.covariance == "full":
         target = _covariance_gradient(local, X1, lam, shape)
@@ -846,24 +932,22 @@ def negative_bound(
 
     grad = np.empty_like(theta)
     blocks = shape.params.unpack(grad)
-    blocks.mean[:] = local["g_wbar"]
+    blocks.mean[:] = local.g_wbar
     if shape.covariance == "full":
         # Entropy: log|C| / 2 = sum log_diag; d L_jj / d log_diag_j = L_jj.
         blocks.log_diag[:] = np.diagonal(g_F) * np.diagonal(F) - 1.0
         blocks.lower[:] = g_F[shape._tril]
     else:
-        CinvF, cinv_diag = local["woodbury"]
+        CinvF, cinv_diag = local.woodbury
         # d log|C| / dF = 2 C^-1 F; d log|C| / d d_j^2 = (C^-1)_jj.
         g_diag = g_diag - 0.5 * cinv_diag
         blocks.log_diag[:] = g_diag * 2.0 * diag
         if shape.covariance == "lowrank":
             blocks.factor[:] = g_F - CinvF
-    return value, grad
+    return (value, grad, stats) if return_stats else (value, grad)
 
 
-def natural_gradient_terms(
-    theta, X1, T, alpha, lam, shape, stats=None, sample_weight=None
-):
+def natural_gradient_terms(theta, X1, T, alpha, lam, shape, sample_weight=None):
     """Minus the bound, its gradient in ``wbar`` and twice its gradient in ``C``.
 
     The expected loss ``L = -<log p(T, w)>`` depends on ``C`` only through the
@@ -898,12 +982,10 @@ def natural_gradient_terms(
     """
     if shape.covariance == "lowrank":
         raise ValueError("natural-gradient terms are for full or diag covariances")
-    value, local = _evaluate(
-        theta, X1, T, alpha, lam, shape, True, stats, sample_weight
-    )
+    value, _, local = _evaluate(theta, X1, T, alpha, lam, shape, True, sample_weight)
     if shape.covariance == "diag":
-        return value, local["g_wbar"], TargetOperator(local, X1, lam, shape)
-    return value, local["g_wbar"], _covariance_gradient(local, X1, lam, shape)
+        return value, local.g_wbar, TargetOperator(local, X1, lam, shape)
+    return value, local.g_wbar, _covariance_gradient(local, X1, lam, shape)
 
 
 class TargetOperator:
@@ -940,7 +1022,7 @@ def covariance_gradient_products(local, X1, lam, shape, V):
 
     Parameters
     ----------
-    local : dict
+    local : BoundGradients
         From the backward pass of the bound.
     X1 : ndarray of shape (n_samples, n_inputs + 1)
     lam : ndarray of shape (n_weights,)
@@ -952,7 +1034,7 @@ def covariance_gradient_products(local, X1, lam, shape, V):
     diagonal : ndarray of shape (n_weights,)
     product : ndarray of shape (n_weights, r)
     """
-    g_S, g_c, g_D = local["g_S"], local["g_c"], local["g_D"]
+    g_S, g_c, g_D = local.g_S, local.g_c, local.g_D
     idx = np.arange(shape.n_hidden)
     diagonal = shape.weights.pack(
         U=2.0 * (np.diagonal(g_S, axis1=1, axis2=2).T @ (X1 * X1)),
@@ -976,7 +1058,7 @@ def _covariance_gradient(local, X1, lam, shape):
     """``2 dL/dC`` (symmetric, prior included) from the local gradients."""
     H, P, M = shape.n_hidden, shape.n_aug, shape.n_outputs
     n, k = X1.shape[0], shape.n_weights
-    g_S, g_c, g_D = local["g_S"], local["g_c"], local["g_D"]
+    g_S, g_c, g_D = local.g_S, local.g_c, local.g_D
     G = np.zeros((k, k))  # its upper right block (u rows, v columns) stays 0
     Guu, Gvu, Gvv = _weight_blocks(G, shape)
     # S_nij = x_n^T C[u_i, u_j] x_n: dL/dC[(i, p), (j, q)] = sum_n g_S x_np x_nq.
@@ -1037,8 +1119,7 @@ def reestimate(theta, X1, T, shape, groups, max_precision=1e8, sample_weight=Non
     >>> alpha.shape, lam.shape
     ((1,), (4,))
     """
-    stats = {}
-    negative_bound(
+    _, stats = negative_bound(
         theta,
         X1,
         T,
@@ -1046,29 +1127,30 @@ def reestimate(theta, X1, T, shape, groups, max_precision=1e8, sample_weight=Non
         np.ones(shape.n_weights),
         shape,
         return_grad=False,
-        stats=stats,
+        return_stats=True,
         sample_weight=sample_weight,
     )
-    return reestimate_from_stats(stats, stats["n_samples"], groups, max_precision)
+    return reestimate_from_stats(stats, stats.n_samples, groups, max_precision)
 
 
 def reestimate_from_stats(stats, n_samples, groups, max_precision=1e8):
-    """:func:`reestimate` from the ``stats`` filled in by :func:`negative_bound`.
+    """:func:`reestimate` from the :class:`BoundStats` of :func:`negative_bound`.
 
     Examples
     --------
     >>> import numpy as np
-    >>> from sklearn_meanfield.variational._erf_network import reestimate_from_stats
-    >>> stats = dict(sq_err=np.array([5.0]), second_moment=np.array([0.5, 1.5]))
+    >>> from sklearn_meanfield.variational._erf_network import (
+    ...     BoundStats, reestimate_from_stats)
+    >>> stats = BoundStats(np.array([5.0]), 10, np.array([0.5, 1.5]))
     >>> alpha, lam = reestimate_from_stats(stats, 10, np.array([0, 0]))
     >>> alpha.tolist(), lam.tolist()
     ([2.0], [1.0])
     """
-    sq_err = np.maximum(stats["sq_err"], 0.0)
+    sq_err = np.maximum(stats.sq_err, 0.0)
     alpha = n_samples / np.maximum(sq_err, n_samples / max_precision)
     n_groups = groups.max() + 1
     counts = np.bincount(groups, minlength=n_groups)
-    sums = np.bincount(groups, weights=stats["second_moment"], minlength=n_groups)
+    sums = np.bincount(groups, weights=stats.second_moment, minlength=n_groups)
     lam = counts / np.maximum(sums, counts / max_precision)
     return np.clip(alpha, 1.0 / max_precision, max_precision), np.clip(
         lam, 1.0 / max_precision, max_precision
@@ -1080,15 +1162,15 @@ def bound_at_hyperparameters(value, stats, alpha_old, lam_old, alpha, lam, n):
 
     The bound depends on ``alpha`` and ``lambda`` (per weight) only through
     ``n/2 sum log alpha - sum alpha sq_err / 2`` and
-    ``sum (log lambda - lambda second_moment) / 2``; ``stats`` as filled in by
-    :func:`negative_bound` at the same ``Q``.
+    ``sum (log lambda - lambda second_moment) / 2``; ``stats`` the
+    :class:`BoundStats` of :func:`negative_bound` at the same ``Q``.
 
     Examples
     --------
     >>> import numpy as np
     >>> from sklearn_meanfield.variational._erf_network import (
-    ...     bound_at_hyperparameters)
-    >>> stats = dict(sq_err=np.array([5.0]), second_moment=np.array([0.5]))
+    ...     BoundStats, bound_at_hyperparameters)
+    >>> stats = BoundStats(np.array([5.0]), 10, np.array([0.5]))
     >>> one = np.ones(1)
     >>> float(bound_at_hyperparameters(3.0, stats, one, one, one, one, 10))
     3.0
@@ -1097,8 +1179,8 @@ def bound_at_hyperparameters(value, stats, alpha_old, lam_old, alpha, lam, n):
     def part(a, lam_):
         return (
             0.5 * n * np.sum(np.log(a))
-            - 0.5 * np.sum(a * stats["sq_err"])
-            + (0.5 * np.sum(np.log(lam_) - lam_ * stats["second_moment"]))
+            - 0.5 * np.sum(a * stats.sq_err)
+            + (0.5 * np.sum(np.log(lam_) - lam_ * stats.second_moment))
         )
 
     return value + part(alpha_old, lam_old) - part(alpha, lam)
@@ -1135,22 +1217,21 @@ def joint_negative_bound(params, X1, T, shape, groups, sample_weight=None):
     theta, log_alpha, log_lambda = shape.joint.unpack(params)
     alpha = np.exp(log_alpha)
     lam_groups = np.exp(log_lambda)
-    stats = {}
-    value, grad_theta = negative_bound(
+    value, grad_theta, stats = negative_bound(
         theta,
         X1,
         T,
         alpha,
         lam_groups[groups],
         shape,
-        stats=stats,
+        return_stats=True,
         sample_weight=sample_weight,
     )
-    n = stats["n_samples"]  # sum of the sample weights
+    n = stats.n_samples  # sum of the sample weights
     counts = np.bincount(groups, minlength=lam_groups.size)
-    sums = np.bincount(groups, weights=stats["second_moment"], minlength=counts.size)
+    sums = np.bincount(groups, weights=stats.second_moment, minlength=counts.size)
     # d(-F)/d log alpha_m = alpha_m sum_n l_nm / 2 - N / 2, likewise for lambda.
-    grad_alpha = 0.5 * (alpha * stats["sq_err"] - n)
+    grad_alpha = 0.5 * (alpha * stats.sq_err - n)
     grad_lam = 0.5 * (lam_groups * sums - counts)
     return value, shape.joint.pack(
         theta=grad_theta, log_alpha=grad_alpha, log_lambda=grad_lam

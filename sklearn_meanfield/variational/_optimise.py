@@ -38,6 +38,7 @@ from scipy.linalg import LinAlgError, cho_solve, cholesky, solve_triangular
 from scipy.optimize import minimize
 
 from ._erf_network import (
+    BoundStats,
     bound_at_hyperparameters,
     init_params,
     joint_negative_bound,
@@ -256,7 +257,7 @@ class NaturalStep(NamedTuple):
     theta: np.ndarray
     precision: np.ndarray
     value: float
-    stats: dict
+    stats: BoundStats
     step: float
 
 
@@ -285,12 +286,11 @@ def _natural_step(
         except LinAlgError:
             step /= 2.0
             continue
-        stats = {}
-        new_value = negative_bound(
+        new_value, stats = negative_bound(
             new_theta,
             *args,
             return_grad=False,
-            stats=stats,
+            return_stats=True,
             sample_weight=sample_weight,
         )
         if np.isfinite(new_value) and new_value <= value:
@@ -439,7 +439,7 @@ def _update_hyperparameters(value, stats, alpha, lam, groups, relax, previous, c
 
     Returns ``(alpha, lam, value, relax)``, ``value`` minus the bound.
     """
-    n = stats["n_samples"]
+    n = stats.n_samples
     best_alpha, best_lam = reestimate_from_stats(stats, n, groups, cap)
     exact = bound_at_hyperparameters(
         value, stats, alpha, lam[groups], best_alpha, best_lam[groups], n
@@ -553,7 +553,7 @@ def _lbfgs_phase(problem, theta, alpha, lam, first, box):
     weights = problem.sample_weight
     if first:
         start, objective, bounds = theta, negative_bound, None
-        args = (*problem.args(alpha, lam), True, None, weights)
+        args = (*problem.args(alpha, lam), True, False, weights)
     else:
         start = joint.pack(theta=theta, log_alpha=np.log(alpha), log_lambda=np.log(lam))
         objective, bounds = joint_negative_bound, box
@@ -578,12 +578,11 @@ def _lbfgs_phase(problem, theta, alpha, lam, first, box):
 
 def _reestimate_at(problem, theta, alpha, lam, max_precision):
     """The exact re-estimates at ``theta``: ``(alpha, lam, minus the bound)``."""
-    stats = {}
-    value = negative_bound(
+    value, stats = negative_bound(
         theta,
         *problem.args(alpha, lam),
         return_grad=False,
-        stats=stats,
+        return_stats=True,
         sample_weight=problem.sample_weight,
     )
     groups, n = problem.groups, problem.n_eff
