@@ -246,6 +246,15 @@ def combine_site_statistics(precision, shift, logdet):
 def block_marginals(U_b, d_b, tau_b, nu_b, chol_A, mean_w):
     """Posterior means and variances of one block's fields (``O(b m^2)``).
 
+    Parameters
+    ----------
+    U_b, d_b : ndarray of shape (b, m) and (b,)
+        From :func:`whiten_block`.
+    tau_b, nu_b : ndarray of shape (b,)
+        The block's sites.
+    chol_A, mean_w
+        From :func:`combine_site_statistics`.
+
     Returns
     -------
     mean, var : ndarray of shape (b,)
@@ -532,6 +541,17 @@ def block_adjoints(U_b, d_b, tau_b, nu_b, mean_w, A_inv, chol_mm):
     K_nm`` are ``[alpha m_w^T + G U (I - A^-1) - diag(r) U] L^-1`` and its
     share of the ``K_mm`` adjoint is ``U^T diag(r) U`` (see
     :func:`fitc_evidence_adjoints`).
+
+    Parameters
+    ----------
+    U_b, d_b, tau_b, nu_b
+        As for :func:`block_site_statistics`.
+    mean_w : ndarray of shape (m,)
+        Posterior mean of the whitened inducing values.
+    A_inv : ndarray of shape (m, m)
+        Inverse of their posterior precision ``A``.
+    chol_mm : ndarray of shape (m, m)
+        From :func:`inducing_cholesky`.
 
     Returns
     -------
