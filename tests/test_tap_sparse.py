@@ -233,6 +233,24 @@ def test_ep_on_fitc_equals_ep_on_the_dense_fitc_prior(likelihood, label_noise):
     assert abs(sparse.log_evidence - dense.log_evidence) < 1e-6
 
 
+def test_weighted_ep_on_fitc_equals_the_dense_fitc_prior():
+    # sample_weight's sites (power EP on p**w) see only the posterior's
+    # marginals: the same fixed point, evidence and leave-one-out.
+    X, t = _data(80, 26)
+    Z = X[:12] + 0.05
+    w = np.random.default_rng(27).integers(1, 4, size=80).astype(float)
+    like = make_likelihood("probit", 0.05)
+    options = dict(tol=1e-10, max_iter=1000, site_weights=w)
+    sparse = expectation_propagation(_sparse(X, Z), t, like, **options)
+    dense = expectation_propagation(
+        KernelPosterior(_dense_fitc(X, Z)), t, like, **options
+    )
+    assert sparse.converged and dense.converged
+    np.testing.assert_allclose(sparse.tau, dense.tau, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(sparse.log_z, dense.log_z, atol=1e-7)
+    assert abs(sparse.log_evidence - dense.log_evidence) < 1e-6
+
+
 @pytest.mark.parametrize("likelihood", ["probit", "logistic"])
 def test_ep_with_inducing_points_at_the_data_is_exact_tap(likelihood):
     # Sites, evidence and leave-one-out of the whole EP run, m = n.
