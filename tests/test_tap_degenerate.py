@@ -206,7 +206,7 @@ def test_fallback_is_the_perceptrons_ladder_and_converges_where_plain_ep_stalls(
 
 
 def _compare_ladders(K, t, likelihood):
-    from sklearn_meanfield.tap.perceptron import FitOptions, _solve
+    from sklearn_meanfield.tap._binary_perceptron import FitOptions, _solve
 
     plain = expectation_propagation(
         KernelPosterior(K), t, likelihood, tol=1e-5, patience=25

@@ -708,8 +708,8 @@ def test_closures_leave_one_copy_of_repeated_samples_out(variance):
     # The closures' cavity is <h_i> - lambda_i alpha_i; a merged sample of
     # k copies leaves one copy out: the reaction term of one copy, which
     # is the closure run on the repeated rows themselves.
+    from sklearn_meanfield.tap._binary_perceptron import _IsotropicVariance
     from sklearn_meanfield.tap._core import PriorVariance, mean_field_iteration
-    from sklearn_meanfield.tap.perceptron import _IsotropicVariance
 
     X, y, w = _weighted_problem(14, n_samples=30)
     w = np.maximum(w, 1.0)

@@ -1,16 +1,12 @@
 """The Bayes-optimal perceptron by TAP mean-field theory (Opper & Winther 1996)."""
 
-import warnings
-from dataclasses import dataclass
 from numbers import Integral, Real
-from typing import NamedTuple
 
 import numpy as np
 from scipy import sparse
 from scipy.linalg import LinAlgError
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (
@@ -21,26 +17,15 @@ from sklearn.utils.validation import (
 
 from .._base import atomic_fit
 from .._gaussian import log_noisy_step
-from .._parallel import (
-    N_JOBS_CONSTRAINT,
-    blas_threads_for_matrix,
-    draw_seeds,
-    run_parallel,
-    select_best,
-)
-from .._progress import CallbackSupportMixin, ProgressReporter, fit_progress
+from .._parallel import N_JOBS_CONSTRAINT, draw_seeds, run_parallel
+from .._progress import CallbackSupportMixin, fit_progress
+from ._binary_perceptron import FitOptions, fit_binary
 from ._core import (
-    KernelPosterior,
-    PriorVariance,
-    WeightSpacePosterior,
-    mean_field_iteration,
     merge_identical_points,
     partial_cavities,
     positive_site_weights,
     weighted_error_rate,
 )
-from ._fallback import ep_with_fallback
-from ._hooks import sweep_steps
 from ._likelihoods import make_likelihood
 from ._multiclass import (
     encode_classes,
@@ -59,292 +44,6 @@ __all__ = ["TAPPerceptronClassifier"]
 _MIN_PLAIN_SCALE = 2.0**-100
 _MAX_PLAIN_SCALE = 2.0**100
 _MIN_INTERCEPT_SCALE = 2.0**-256
-
-# Smallest cavity variance of the isotropic closure 1 - |<w>|^2 / N, which
-# leaves its domain once the posterior has (numerically) collapsed.
-_MIN_ISOTROPIC_VARIANCE = 1e-6
-
-PREFIX = "TAPPerceptronClassifier"
-
-
-# The closures feed the cavity variance back from the current solution, which
-# oscillates at larger steps (measured: no convergence at 0.5, 160-800 sweeps
-# at 0.2 for N = 50 teacher problems).
-_MAX_CLOSURE_STEP = 0.2
-
-
-class _IsotropicVariance:
-    """The 1996 closure ``Lambda = 1 - |<w>|^2 / N`` (uncorrelated inputs).
-
-    ``|<w>|^2 = alpha^T K alpha = alpha . <h>``.  Written relative to each
-    field's prior variance, so that for unit-variance inputs (prior variance
-    ``|x|^2 / N = 1``) it is the paper's closure.
-    """
-
-    def __init__(self, prior_var, n_weights):
-        self.prior_var = prior_var
-        self.n_weights = n_weights
-
-    def __call__(self, alpha, mean):
-        overlap = float(alpha @ mean) / self.n_weights
-        if not np.isfinite(overlap):
-            overlap = 1.0
-        return self.prior_var * max(1.0 - overlap, _MIN_ISOTROPIC_VARIANCE)
-
-
-@dataclass(frozen=True)
-class FitOptions:
-    """The validated parameters a binary problem's fit reads, built once in fit.
-
-    ``likelihood`` is the noisy step of ``label_noise``, built once for every
-    solve and for predictions.
-    """
-
-    likelihood: object
-    variance: str
-    space: str
-    max_iter: int
-    tol: float
-    damping: float
-    n_restarts: int
-    n_weights: int
-    verbose: int = 0
-
-
-class _WarmStart(NamedTuple):
-    """Sites and mean-field coefficients to start an iteration from."""
-
-    tau: object = None
-    nu: object = None
-    alpha: object = None
-
-
-class BinaryFit(NamedTuple):
-    """A fitted binary problem: the posterior mean of the weights, the model
-    of the field variance at new inputs and the mean-field solution."""
-
-    weight_mean: np.ndarray
-    variance_model: object
-    solution: object
-
-
-def _adaptive_solve(posterior, t, w, options, warm, reporter):
-    """Adaptive TAP: plain EP, then fractional EP where plain EP stalls.
-
-    The ladder is :func:`~sklearn_meanfield.tap._fallback.ep_with_fallback`,
-    shared with the GP classifier's step likelihood; the returned cavities
-    remove whole sites, so the leave-one-out estimate keeps its meaning.
-    """
-    return ep_with_fallback(
-        posterior,
-        t,
-        options.likelihood,
-        start=None if warm.tau is None else [(warm.tau, warm.nu)],
-        max_iter=options.max_iter,
-        tol=options.tol,
-        damping=options.damping,
-        on_iteration=sweep_steps(reporter),
-        log=reporter,
-        site_weights=w,
-    )
-
-
-def _solve(posterior, t, w, options, warm=None, reporter=None):
-    """Run the optionsured mean-field equations (a pure function of its inputs).
-
-    ``w`` holds the site weights (None: all one).  Every sweep is a step of
-    ``reporter.task`` (named "sweep") for scikit-learn callbacks; a
-    callback's request to stop ends the iteration with its best iterate.
-    """
-    warm = warm or _WarmStart()
-    if reporter is None:
-        reporter = ProgressReporter(options.verbose, PREFIX)
-    if options.variance == "adaptive":
-        return _adaptive_solve(posterior, t, w, options, warm, reporter)
-    if options.variance == "naive":
-        closure = PriorVariance(posterior.prior_var)
-    else:
-        closure = _IsotropicVariance(posterior.prior_var, options.n_weights)
-    return mean_field_iteration(
-        posterior,
-        t,
-        options.likelihood,
-        closure,
-        alpha=warm.alpha,
-        max_iter=options.max_iter,
-        tol=options.tol,
-        damping=min(options.damping, _MAX_CLOSURE_STEP),
-        on_iteration=sweep_steps(reporter),
-        site_weights=w,
-    )
-
-
-def _free_energy_score(solution):
-    """Larger is better: the TAP log evidence, else the leave-one-out log-lik."""
-    if np.isfinite(solution.log_evidence):
-        return solution.log_evidence
-    return float(np.sum(solution.log_z))
-
-
-def _warm_start(solution, n_new):
-    pad = np.zeros(n_new)
-    return _WarmStart(
-        np.concatenate([solution.tau, pad]),
-        np.concatenate([solution.nu, pad]),
-        np.concatenate([solution.alpha, pad]),
-    )
-
-
-def _incremental_solve(posterior, t, w, options, seed, task=None):
-    """The paper's schedule for hard problems: a few examples first, then more.
-
-    The examples are taken in a random order (``seed``); the set doubles at
-    every stage, each stage warm-started from the previous solution.
-    Returns the solution in the original order of the examples.  ``task``
-    (a :class:`~sklearn_meanfield._progress.CallbackTask`) is the restart's
-    callback task; its steps are the sweeps of every stage.
-    """
-    reporter = ProgressReporter(options.verbose, PREFIX, task=task)
-    n = posterior.n
-    order = np.random.RandomState(seed).permutation(n)
-    size = min(n, max(8, n // 16))
-    warm = None
-    with reporter.task:
-        while True:
-            index = order[:size]
-            solution = _solve(
-                posterior.subset(index),
-                t[index],
-                None if w is None else w[index],
-                options,
-                warm,
-                reporter,
-            )
-            if size == n or solution.stopped:
-                break
-            new_size = min(n, 2 * size)
-            warm = _warm_start(solution, new_size - size)
-            size = new_size
-        if solution.stopped:
-            return solution  # a partial set: refused by the caller
-        # Back to the original order of the examples.
-        inverse = np.argsort(order)
-        warm = _WarmStart(
-            solution.tau[inverse], solution.nu[inverse], solution.alpha[inverse]
-        )
-        return _solve(posterior, t, w, options, warm, reporter)
-
-
-def _fit_binary(Phi, t, w, options, seed, n_jobs, task=None):
-    """One binary problem: plain iteration, then incremental restarts if needed.
-
-    On the BLAS threads its matrices are worth (``d x d`` in weight space,
-    ``m x m`` in the dual space).  ``task`` (a
-    :class:`~sklearn_meanfield._progress.CallbackTask`) is the problem's
-    callback task: its subtasks are the solve (whose steps are the sweeps)
-    and, when they run, the incremental restarts.  Returns a
-    :class:`BinaryFit`.
-    """
-    side = Phi.shape[1] if options.space == "weight" else Phi.shape[0]
-    reporter = ProgressReporter(options.verbose, PREFIX, task=task)
-    with reporter.task, blas_threads_for_matrix(side):
-        if options.space == "weight":
-            posterior = WeightSpacePosterior(Phi)
-        else:
-            K = Phi @ Phi.T
-            posterior = KernelPosterior(K.toarray() if sparse.issparse(K) else K)
-        solve = ProgressReporter(
-            options.verbose,
-            reporter.prefix,
-            task=reporter.task.subtask("solve", max_steps=None),
-        )
-        with solve.task:
-            solution = _solve(posterior, t, w, options, reporter=solve)
-        reporter(
-            1,
-            "%s mean field in %s space: %d sweeps, converged=%s",
-            options.variance,
-            options.space,
-            solution.n_iter,
-            solution.converged,
-        )
-        if not (solution.converged or solution.stopped) and options.n_restarts > 0:
-            solution = _best_of_restarts(
-                posterior, t, w, options, seed, n_jobs, reporter, solution
-            )
-        _warn_unconverged(solution, options)
-        weight_mean = Phi.T @ solution.alpha
-        if options.space == "weight":
-            variance_model = solution.posterior
-        else:
-            variance_model = _DualFieldVariance(Phi, solution.posterior)
-        if solution.posterior is not None:
-            solution.posterior.release()
-    return BinaryFit(weight_mean, variance_model, solution)
-
-
-def _best_of_restarts(posterior, t, w, options, seed, n_jobs, reporter, solution):
-    """Incremental restarts (in parallel, one callback task each) for a
-    solve that did not converge; the best converged one or ``solution``."""
-    n_restarts = options.n_restarts
-    restarts = reporter.task.subtask("incremental restarts", max_steps=n_restarts)
-    with restarts:
-        # Seeds drawn up front, as run_restarts does; one task per restart.
-        candidates = run_parallel(
-            _incremental_solve,
-            [
-                (posterior, t, w, options, int(s), task)
-                for s, task in zip(
-                    draw_seeds(seed, n_restarts),
-                    restarts.subtasks(n_restarts, "restart", max_steps=None),
-                )
-            ],
-            n_jobs=n_jobs,
-        )
-    candidates = [solution] + [c for c in candidates if c.converged and not c.stopped]
-    _, solution = select_best(candidates, key=_free_energy_score)
-    reporter(
-        1,
-        "incremental restarts: best free energy %.4f (converged=%s)",
-        -_free_energy_score(solution),
-        solution.converged,
-    )
-    return solution
-
-
-def _warn_unconverged(solution, options):
-    if solution.stopped:
-        warnings.warn(
-            f"A callback stopped the {options.variance} TAP equations after "
-            f"{solution.n_iter} sweeps, before they converged; the best iterate "
-            "is kept.",
-            ConvergenceWarning,
-        )
-    elif not solution.converged:
-        warnings.warn(
-            f"The {options.variance} TAP equations did not converge in "
-            f"{solution.n_iter} sweeps; the best iterate is kept. Increase "
-            "max_iter or n_restarts, lower damping, or allow label_noise > 0.",
-            ConvergenceWarning,
-        )
-
-
-class _DualFieldVariance:
-    """Field variance at new inputs from a dual (kernel-space) solution.
-
-    ``Var[phi . w] = |phi|^2 - k^T (K + S^-1)^-1 k`` with ``k = Phi phi``.
-    """
-
-    def __init__(self, Phi, posterior_solution):
-        self.Phi = Phi
-        self.solution = posterior_solution
-
-    def field_variance(self, Phi_new):
-        K_cross = self.Phi @ Phi_new.T
-        if sparse.issparse(K_cross):
-            K_cross = K_cross.toarray()
-        prior = _row_norms_squared(Phi_new)
-        return prior - self.solution.variance_reduction(K_cross)
 
 
 class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimator):
@@ -649,28 +348,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         error_weights = weights  # loo_error_ counts every sample by its weight
         self._input_scale = self._scale_inputs(X)
         Phi = self._design(X)
-        # A sample whose field is identically zero (all-zero inputs, no
-        # intercept) has a likelihood that does not depend on w: it is left
-        # out of the equations like a weight of zero (its site would have
-        # zero prior variance and no cavity).
-        informative = _row_norms_squared(Phi) > 0
-        if not np.all(informative):
-            if not np.any(informative):
-                raise ValueError(
-                    "Every sample's inputs are zero and there is no intercept: "
-                    "the labels say nothing about the weights."
-                )
-            weights = np.ones(X.shape[0]) if weights is None else weights
-            weights = np.where(informative, weights, 0.0)
-            if not np.any(weights > 0):
-                raise ValueError(
-                    "Every sample with nonzero inputs has weight zero: there "
-                    "is nothing to fit."
-                )
-        keep, site_weights = positive_site_weights(weights, X.shape[0])
-        merged = merge_identical_points(X, y_index, keep, weights)
-        if merged is not None:
-            keep, site_weights = merged.rows, merged.site_weights
+        keep, site_weights, merged = _sites(X, Phi, y_index, weights)
         if len(keep) < X.shape[0]:
             Phi = Phi[keep]
         n_samples, n_weights = Phi.shape
@@ -707,7 +385,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         try:
             if len(targets) == 1:
                 return [
-                    _fit_binary(
+                    fit_binary(
                         Phi,
                         targets[0],
                         site_weights,
@@ -718,7 +396,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
                     )
                 ]
             return run_parallel(
-                _fit_binary,
+                fit_binary,
                 [
                     (Phi, t, site_weights, options, int(s), 1, task)
                     for t, s, task in zip(targets, seeds, tasks)
@@ -775,8 +453,10 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         self.loo_error_ = weighted_error_rate(y, loo_labels, weights)
 
     def _fields(self, X):
-        """Mean and variance of each problem's field, divided by the input
-        scale (both in float64), and the dtype of the outputs."""
+        """Mean and variance of each problem's field at validated ``X``,
+        divided by the input scale (both in float64), and the dtype of the
+        outputs: the preamble of every prediction method."""
+        check_is_fitted(self)
         X = validate_data(
             self,
             X,
@@ -799,7 +479,9 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         return np.asarray(mean), np.maximum(var, 0.0)
 
     def _proba64(self, X):
-        mean, var = self._fields64(X)
+        return self._proba(*self._fields64(X))
+
+    def _proba(self, mean, var):
         return positive_to_proba(self._positive(mean, var))
 
     def _standardised(self, mean, var):
@@ -828,7 +510,6 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         ``classes_[1]``), else (n_samples, n_classes).  float32 for float32
         inputs to a float32 fit (like the fitted coefficients), else float64.
         """
-        check_is_fitted(self)
         mean, var, dtype = self._fields(X)
         scores = self._standardised(mean, var).astype(dtype, copy=False)
         return scores[:, 0] if scores.shape[1] == 1 else scores
@@ -848,10 +529,8 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         -------
         ndarray of shape (n_samples, n_classes)
         """
-        check_is_fitted(self)
         mean, var, dtype = self._fields(X)
-        proba = positive_to_proba(self._positive(mean, var))
-        return proba.astype(dtype, copy=False)
+        return self._proba(mean, var).astype(dtype, copy=False)
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`, accurate in the tails.
@@ -870,7 +549,6 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         -------
         ndarray of shape (n_samples, n_classes)
         """
-        check_is_fitted(self)
         mean, var, dtype = self._fields(X)
         z = self._standardised(mean, var)
         label_noise = self._likelihood.label_noise
@@ -902,12 +580,41 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         -------
         ndarray of shape (n_samples,)
         """
-        check_is_fitted(self)
         mean, var, _ = self._fields(X)
         if mean.shape[1] == 1:
             return self.classes_[(self._standardised(mean, var)[:, 0] > 0).astype(int)]
-        proba = positive_to_proba(self._positive(mean, var))
-        return self.classes_[np.argmax(proba, axis=1)]
+        return self.classes_[np.argmax(self._proba(mean, var), axis=1)]
+
+
+def _sites(X, Phi, y_index, weights):
+    """The samples that get a site, the sites' weights and the merged
+    identical samples (:class:`~sklearn_meanfield.tap._core.MergedPoints` or
+    None).
+
+    A sample whose field is identically zero (all-zero inputs, no intercept)
+    has a likelihood that does not depend on w: it is left out of the
+    equations like a weight of zero (its site would have zero prior variance
+    and no cavity).
+    """
+    informative = _row_norms_squared(Phi) > 0
+    if not np.all(informative):
+        if not np.any(informative):
+            raise ValueError(
+                "Every sample's inputs are zero and there is no intercept: "
+                "the labels say nothing about the weights."
+            )
+        weights = np.ones(X.shape[0]) if weights is None else weights
+        weights = np.where(informative, weights, 0.0)
+        if not np.any(weights > 0):
+            raise ValueError(
+                "Every sample with nonzero inputs has weight zero: there "
+                "is nothing to fit."
+            )
+    keep, site_weights = positive_site_weights(weights, X.shape[0])
+    merged = merge_identical_points(X, y_index, keep, weights)
+    if merged is not None:
+        keep, site_weights = merged.rows, merged.site_weights
+    return keep, site_weights, merged
 
 
 def _class_weights(class_weight, classes, y, sample_weight):

@@ -1,0 +1,648 @@
+"""Fitting one binary problem of the TAP Gaussian-process classifier.
+
+The estimator (:mod:`~sklearn_meanfield.tap.gpc`) validates, dispatches
+the binary problems (one-vs-rest, one-vs-one) to workers and stores what
+they return; this module is what a worker runs, as scikit-learn's
+``_BinaryGaussianProcessClassifierLaplace`` is to its shell:
+
+* :class:`FitOptions`, the validated parameters, built once per fit;
+* the evidence of a point of the search space (kernel hyperparameters and,
+  with ``label_noise="auto"``, the log label noise), with its gradient
+  (:func:`_evaluate`);
+* the optimiser strategy: EP warm-started from the secant of the last two
+  evaluations, a tolerance that tightens with the gradient, failed
+  evaluations penalised (:class:`_Search`, :func:`_run_optimizer`), and
+  restarts in parallel (:func:`_optimise`);
+* the final solve at the fitted kernel and its warnings, giving a
+  :class:`BinaryFit` (:func:`fit_binary`).
+"""
+
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process.kernels import Kernel
+from sklearn.utils.validation import _num_samples
+
+from .._parallel import blas_threads_for_matrix, run_parallel, select_best
+from .._progress import ProgressReporter
+from ._core import (
+    KernelPosterior,
+    PriorVariance,
+    ep_evidence_gradient,
+    ep_label_noise_gradient,
+    mean_field_iteration,
+)
+from ._fallback import ep_with_fallback
+from ._hooks import print_sweeps, sweep_steps
+from ._likelihoods import make_likelihood
+
+__all__ = [
+    "LABEL_NOISE_BOUNDS",
+    "BinaryFit",
+    "BinaryProblem",
+    "FitOptions",
+    "contradicted_points",
+    "fit_binary",
+    "log_evidence",
+]
+
+
+class _StopRequested(Exception):
+    """A scikit-learn callback asked the fit to stop (at an evaluation)."""
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """The validated parameters a binary problem's fit reads, built once in fit.
+
+    ``label_noise`` is the fixed label noise, or, when it is learned
+    (``learns_label_noise``), None until the search has a value for it: the
+    optimiser's points carry their own (:func:`_at`).
+    """
+
+    likelihood: str
+    label_noise: float | None
+    learns_label_noise: bool
+    method: str
+    optimizer: object
+    n_restarts_optimizer: int
+    max_iter: int
+    tol: float
+    damping: float
+    verbose: int = 0
+    prefix: str = "TAPGaussianProcessClassifier"
+
+    def make_likelihood(self):
+        """The likelihood object of these options' label noise."""
+        return make_likelihood(self.likelihood, self.label_noise)
+
+
+class BinaryProblem(NamedTuple):
+    """One binary problem: its rows of the training set (None: all), its
+    +-1 targets and its site weights (None: all one)."""
+
+    rows: object
+    t: np.ndarray
+    weights: object
+
+
+class BinaryFit(NamedTuple):
+    """A fitted binary problem (what a worker returns, and predict reads)."""
+
+    kernel: Kernel
+    likelihood: object
+    solution: object
+    log_evidence: float
+    stopped: bool
+    loo_valid: bool  # only the cavities of a fixed point are leave-one-out
+
+    @property
+    def label_noise(self):
+        return self.likelihood.label_noise
+
+    def latent(self, X_train, X):
+        """Predictive mean and variance of the problem's field at ``X``."""
+        K_cross = self.kernel(X_train, X)
+        mean = K_cross.T @ self.solution.alpha
+        reduction = self.solution.posterior.variance_reduction(K_cross)
+        return mean, np.maximum(self.kernel.diag(X) - reduction, 0.0)
+
+
+class _Evaluation(NamedTuple):
+    """The EP solution at one point of the search, its evidence and gradient
+    (None unless asked) and :func:`contradicted_points`."""
+
+    solution: object
+    value: float
+    gradient: object
+    contradicted: int
+
+
+def _solve(K, t, likelihood, options, start, on_iteration, log, weights, tol=None):
+    """Run EP (adaptive TAP) on a kernel matrix, fractional EP where it stalls.
+
+    ``start`` holds warm-start sites (see
+    :func:`~sklearn_meanfield.tap._core.expectation_propagation`),
+    ``on_iteration`` sees every sweep (and may stop the solve at its best
+    iterate), ``log`` prints the fallback's notices; ``weights`` are the site
+    weights (None: all one).  The step likelihood falls back on fractional
+    EP when plain EP stalls
+    (:func:`~sklearn_meanfield.tap._fallback.ep_with_fallback`).
+    """
+    return ep_with_fallback(
+        KernelPosterior(K),
+        t,
+        likelihood,
+        start=start,
+        max_iter=options.max_iter,
+        tol=options.tol if tol is None else tol,
+        damping=options.damping,
+        on_iteration=on_iteration,
+        log=log,
+        site_weights=weights,
+    )
+
+
+def _naive_solve(K, t, likelihood, options, on_iteration=None, weights=None):
+    """Naive mean field (the cavity variance is the prior variance)."""
+    return mean_field_iteration(
+        KernelPosterior(K),
+        t,
+        likelihood,
+        PriorVariance(np.diag(K).copy()),
+        max_iter=options.max_iter,
+        tol=options.tol,
+        damping=min(options.damping, 0.2),
+        on_iteration=on_iteration,
+        site_weights=weights,
+    )
+
+
+# ``label_noise="auto"``: the label noise is searched on a log scale within
+# these bounds, from this start, as one more hyperparameter.
+LABEL_NOISE_BOUNDS = (1e-4, 0.4)
+_LABEL_NOISE_START = 0.01
+
+
+def _search_space(kernel, options):
+    """Start and bounds of the optimiser: the kernel's log-hyperparameters,
+    then ``log(label_noise)`` when it is learned."""
+    theta, bounds = kernel.theta, kernel.bounds
+    if options.learns_label_noise:
+        theta = np.append(theta, np.log(_LABEL_NOISE_START))
+        bounds = np.vstack([bounds, np.log(LABEL_NOISE_BOUNDS)])
+    return theta, bounds
+
+
+def _at(theta, kernel, options):
+    """The kernel and the options (with the label noise's value) at a point
+    ``theta`` of the search space."""
+    theta = np.asarray(theta, dtype=float)
+    if not options.learns_label_noise:
+        return kernel.clone_with_theta(theta), options
+    label_noise = float(np.exp(theta[-1]))
+    return kernel.clone_with_theta(theta[:-1]), replace(
+        options, label_noise=label_noise
+    )
+
+
+def log_evidence(theta, X, t, kernel, options, eval_gradient=False, weights=None):
+    """TAP (EP) log evidence at a point ``theta`` of the search space.
+
+    ``theta`` holds the kernel's log-hyperparameters and, when the label noise
+    is learned, ``log(label_noise)`` last; the gradient has the same layout.
+    """
+    evaluation = _evaluate(
+        theta, X, t, kernel, options, eval_gradient=eval_gradient, weights=weights
+    )
+    if eval_gradient:
+        return evaluation.value, evaluation.gradient
+    return evaluation.value
+
+
+def _evaluate(
+    theta,
+    X,
+    t,
+    kernel,
+    options,
+    start=None,
+    eval_gradient=False,
+    tol=None,
+    weights=None,
+    printer=None,
+):
+    """The :class:`_Evaluation` of the EP solution at ``theta``."""
+    kernel, options = _at(theta, kernel, options)
+    if eval_gradient:
+        K, K_gradient = kernel(X, eval_gradient=True)
+    else:
+        K = kernel(X)
+    likelihood = options.make_likelihood()
+    sweeps = None if printer is None else print_sweeps(printer)
+    solution = _solve(K, t, likelihood, options, start, sweeps, printer, weights, tol)
+    contradicted = contradicted_points(K, t, solution)
+    if not eval_gradient:
+        return _Evaluation(solution, solution.log_evidence, None, contradicted)
+    gradient = ep_evidence_gradient(solution, K_gradient)
+    if len(theta) > kernel.n_dims:
+        # The evidence is stationary in the sites: only log Z moves with the
+        # label noise (weights included).  d/dlog(kappa) = kappa d/dkappa.
+        d_kappa = ep_label_noise_gradient(solution, t, likelihood)
+        gradient = np.append(gradient, options.label_noise * d_kappa)
+    return _Evaluation(solution, solution.log_evidence, gradient, contradicted)
+
+
+# While the optimiser is far from a stationary point the EP equations are
+# solved only to GRADIENT_RELATIVE_TOL times the size of the last gradient
+# (at most LOOSEST_TOL): the gradient's error is of the order of the EP
+# residual, and the evidence's error of its square (the EP evidence is
+# stationary in the sites).  Near the optimum the tolerance tightens to
+# ``tol``.
+_GRADIENT_RELATIVE_TOL = 1e-4
+_LOOSEST_TOL = 1e-3
+
+
+class _Sites(NamedTuple):
+    """The sites of a reliable evaluation at ``theta``."""
+
+    theta: np.ndarray
+    tau: np.ndarray
+    nu: np.ndarray
+
+
+def _extrapolate_sites(history, theta):
+    """Warm-start sites at ``theta`` from the last two evaluations.
+
+    The sites are moved along the secant of the last optimiser step, projected
+    on ``theta``'s displacement (line searches and L-BFGS steps mostly
+    continue in that direction), which halves the EP sweeps per evaluation.
+    Site precisions keep their sign (a non-negative one stays non-negative).
+    Negative ones, from label noise, may make the extrapolated posterior
+    improper: the last sites are then the fallback.  Returns EP's warm
+    starts, a list of ``(tau, nu)`` pairs.
+    """
+    if not history:
+        return []
+    last = history[-1]
+    if len(history) < 2:
+        return [(last.tau, last.nu)]
+    previous = history[0]
+    step = last.theta - previous.theta
+    length = step @ step
+    if not length > 0:
+        return [(last.tau, last.nu)]
+    # Within one step beyond either end: an extrapolation, not a leap.
+    c = float(np.clip((np.asarray(theta) - last.theta) @ step / length, -2.0, 1.0))
+    tau = last.tau + c * (last.tau - previous.tau)
+    tau = np.where(last.tau < 0, np.minimum(tau, 0.0), np.maximum(tau, 0.0))
+    return [(tau, last.nu + c * (last.nu - previous.nu)), (last.tau, last.nu)]
+
+
+class _OptimizerRun(NamedTuple):
+    """One optimiser run's optimum, its negative log evidence, the sites of
+    its best evaluation (a warm start for the final solve) and whether a
+    callback asked to stop (then the best point evaluated so far)."""
+
+    theta: np.ndarray
+    neg_log_evidence: float
+    sites: object
+    stopped: bool
+
+
+# An evaluation whose EP did not converge (plain and fractional EP stalled:
+# typically the noise-free step on a kernel that cannot separate the data
+# without huge fields), or whose solution is degenerate (its fitted means
+# contradict its cavities, see contradicted_points: a loose tolerance can
+# pass a stalled iterate), has no meaningful evidence or gradient.  The optimiser
+# sees it as this much worse than the best evaluation so far, with a zero
+# gradient, so that its line search backs off (an infinite value would end
+# L-BFGS-B at once, reporting convergence at its start).
+_FAILED_EVALUATION_PENALTY = 1e3
+
+
+@dataclass
+class _Search:
+    """The objective of one optimiser run and what it has learned so far:
+    the EP tolerance, the best evaluation and the last two reliable sites."""
+
+    X: object
+    t: np.ndarray
+    kernel: Kernel
+    options: FitOptions
+    weights: object
+    task: object
+    theta: np.ndarray
+    printer: object = None
+    tol: float = _LOOSEST_TOL
+    best: float = np.inf
+    sites: object = None
+    evaluations: int = 0
+    history: list = field(default_factory=list)
+
+    def __call__(self, theta, eval_gradient=True):
+        evaluation = _evaluate(
+            theta,
+            self.X,
+            self.t,
+            self.kernel,
+            self.options,
+            _extrapolate_sites(self.history, theta),
+            eval_gradient=eval_gradient,
+            tol=max(self.options.tol, self.tol),
+            weights=self.weights,
+            printer=self.printer,
+        )
+        self.evaluations += 1
+        value, gradient = self._record(theta, evaluation, eval_gradient)
+        if self.task.step("evaluation"):
+            raise _StopRequested
+        if eval_gradient:
+            return -value, -gradient
+        return -value
+
+    def _record(self, theta, evaluation, eval_gradient):
+        """Keep a reliable evaluation; penalise the others (see
+        ``_FAILED_EVALUATION_PENALTY``).  Returns the value and gradient the
+        optimiser sees."""
+        solution, value, gradient = evaluation[:3]
+        reliable = (
+            solution.converged
+            and not evaluation.contradicted
+            and np.isfinite(value)
+            and (gradient is None or np.all(np.isfinite(gradient)))
+        )
+        if self.printer is not None:
+            self.printer(
+                1,
+                "evaluation %d: log evidence %.4f at theta [%s] (%d sweeps%s)",
+                self.evaluations,
+                value,
+                ", ".join(f"{x:.4g}" for x in np.exp(theta)),
+                solution.n_iter,
+                "" if reliable else ", not converged or degenerate: rejected",
+            )
+        if reliable:
+            if eval_gradient:
+                scale = np.max(np.abs(gradient))
+                self.tol = min(_GRADIENT_RELATIVE_TOL * scale, _LOOSEST_TOL)
+            sites = _Sites(np.array(theta), solution.tau, solution.nu)
+            self.history[:] = self.history[-1:] + [sites]
+            if -value < self.best:
+                self.best = -value
+                self.theta = np.array(theta, dtype=float)
+                self.sites = [(solution.tau, solution.nu)]
+            return value, gradient
+        reference = self.best
+        if not np.isfinite(reference):  # nothing better known yet
+            reference = -value if np.isfinite(value) else 0.0
+        value = -(reference + _FAILED_EVALUATION_PENALTY * (1.0 + abs(reference)))
+        if not np.isfinite(self.best) and gradient is not None:
+            gradient = np.where(np.isfinite(gradient), gradient, 0.0)
+        elif gradient is not None:
+            gradient = np.zeros_like(gradient)
+        return value, gradient
+
+
+def _run_optimizer(initial_theta, X, t, kernel, options, task, weights):
+    """One optimiser run from ``initial_theta``; EP warm-starts along the path.
+
+    Returns an :class:`_OptimizerRun`.  ``task`` (a
+    :class:`~sklearn_meanfield._progress.CallbackTask`) gets a step per
+    evidence evaluation.
+    """
+    printer = None
+    if options.verbose >= 1:
+        printer = ProgressReporter(options.verbose, options.prefix)
+    search = _Search(
+        X,
+        t,
+        kernel,
+        options,
+        weights,
+        task,
+        theta=np.asarray(initial_theta, dtype=float),
+        printer=printer,
+    )
+    _, bounds = _search_space(kernel, options)
+    with task:
+        try:
+            theta, value = options.optimizer(search, initial_theta, bounds=bounds)
+            theta = np.asarray(theta, dtype=float)
+        except _StopRequested:
+            return _OptimizerRun(search.theta, float(search.best), search.sites, True)
+    if search.best < value or not np.isfinite(value):
+        # The optimiser ended elsewhere than at its best evaluation (an
+        # abnormal line search): the best one is used.
+        theta, value = search.theta, float(search.best)
+    return _OptimizerRun(theta, float(value), search.sites, False)
+
+
+def _warn_at_bounds(kernel, options):
+    """ConvergenceWarning for optimised hyperparameters that end on a bound.
+
+    The kernel's own check (as scikit-learn's GP estimators make it), and the
+    same for a learned label noise.
+    """
+    kernel._check_bounds_params()
+    if options.learns_label_noise:
+        low, high = np.isclose(np.log(options.label_noise), np.log(LABEL_NOISE_BOUNDS))
+        if low or high:
+            warnings.warn(
+                f"The learned label noise {options.label_noise:.3g} is at the "
+                f"{'lower' if low else 'upper'} end of LABEL_NOISE_BOUNDS "
+                f"{LABEL_NOISE_BOUNDS}.",
+                ConvergenceWarning,
+            )
+
+
+def _optimise(X, t, kernel, options, seed, n_jobs, reporter, weights):
+    """The best of the optimiser runs (the first from the kernel's own
+    hyperparameters, the others from random draws within the bounds)."""
+    rng = np.random.RandomState(seed)
+    theta0, bounds = _search_space(kernel, options)
+    starts = [theta0]
+    if options.n_restarts_optimizer > 0 and not np.all(np.isfinite(bounds)):
+        raise ValueError(
+            "Multiple optimizer restarts (n_restarts_optimizer>0) require "
+            "that all kernel bounds are finite."
+        )
+    for _ in range(options.n_restarts_optimizer):
+        starts.append(rng.uniform(bounds[:, 0], bounds[:, 1]))
+    run_tasks = reporter.task.subtasks(len(starts), "optimiser run", max_steps=None)
+    runs = run_parallel(
+        _run_optimizer,
+        [
+            (theta0, X, t, kernel, options, run_task, weights)
+            for theta0, run_task in zip(starts, run_tasks)
+        ],
+        n_jobs=n_jobs,
+    )
+    index, best = select_best(runs, key=lambda run: -run.neg_log_evidence)
+    reporter(
+        1,
+        "best of %d optimiser run(s): log evidence %.4f (run %d)",
+        len(runs),
+        -best.neg_log_evidence,
+        index,
+    )
+    return best, any(run.stopped for run in runs)
+
+
+def fit_binary(X, t, kernel, options, seed, n_jobs, task=None, weights=None):
+    """Fit one binary problem: hyperparameters, then the mean-field solution.
+
+    A pure function of its arguments (and ``seed``), so one-vs-rest problems
+    and restarts can run on any joblib backend with identical results; on
+    the BLAS threads its matrices are worth.  ``task`` (a
+    :class:`~sklearn_meanfield._progress.CallbackTask`) is the problem's
+    callback task: its subtasks are the optimiser runs (a step per evidence
+    evaluation) and the final solve (a step per sweep).  Returns a
+    :class:`BinaryFit`.
+    """
+    reporter = ProgressReporter(options.verbose, options.prefix, task=task)
+    with reporter.task, blas_threads_for_matrix(_num_samples(X)):
+        stopped = False
+        sites = None
+        if options.optimizer is not None and (
+            kernel.n_dims > 0 or options.learns_label_noise
+        ):
+            best, stopped = _optimise(
+                X, t, kernel, options, seed, n_jobs, reporter, weights
+            )
+            kernel, options = _at(best.theta, kernel, options)
+            sites = best.sites
+            if not stopped:
+                _warn_at_bounds(kernel, options)
+        else:
+            kernel = kernel.clone_with_theta(kernel.theta)
+        K = kernel(X)
+        likelihood = options.make_likelihood()
+        solution, log_evidence, stopped = _final_solve(
+            K, t, likelihood, options, sites, stopped, reporter, weights
+        )
+        contradicted = contradicted_points(K, t, solution)
+        _warn_unreliable(solution, options, stopped, contradicted, len(t))
+        if solution.posterior is not None:
+            solution.posterior.release()
+    return BinaryFit(
+        kernel=kernel,
+        likelihood=likelihood,
+        solution=solution,
+        log_evidence=log_evidence,
+        stopped=stopped,
+        loo_valid=bool(solution.converged and not stopped and not contradicted),
+    )
+
+
+def _final_solve(K, t, likelihood, options, sites, stopped, reporter, weights):
+    """The mean-field solution at the fitted kernel (a callback subtask whose
+    steps are the sweeps).  Returns it, its EP evidence and whether a
+    callback asked to stop (now or during the search)."""
+    solve = ProgressReporter(
+        options.verbose,
+        reporter.prefix,
+        task=reporter.task.subtask("solve", max_steps=None),
+    )
+    sweeps = sweep_steps(solve)
+    # Stopped during the search: the best evaluation's sites as they are
+    # (one sweep returns the warm start's solution, not a step beyond it).
+    final = replace(options, max_iter=1) if stopped else options
+    with solve.task:
+        ep = _solve(K, t, likelihood, final, sites, sweeps, solve, weights)
+        solution = ep
+        if options.method == "naive":
+            solution = _naive_solve(
+                K, t, likelihood, final, on_iteration=sweeps, weights=weights
+            )
+    stopped |= ep.stopped or solution.stopped
+    reporter(
+        1,
+        "final %s solve: %d sweeps, %s, log evidence %.4f",
+        options.method,
+        solution.n_iter,
+        "converged" if solution.converged else "not converged",
+        ep.log_evidence,
+    )
+    return solution, ep.log_evidence, stopped
+
+
+def _warn_unreliable(solution, options, stopped, contradicted, n):
+    """ConvergenceWarning for a final solve whose cavities are no
+    leave-one-out predictions (stopped, not converged or degenerate)."""
+    if stopped:
+        warnings.warn(
+            "A callback asked the fit to stop; the best hyperparameters and "
+            "mean-field iterate found so far are kept. loo_error_ and "
+            "loo_proba_ are NaN (they need converged equations).",
+            ConvergenceWarning,
+        )
+    elif not solution.converged:
+        warnings.warn(
+            f"The {options.method} mean-field equations did not converge in "
+            f"{solution.n_iter} sweeps; the best iterate is kept, and loo_error_ "
+            "and loo_proba_ are NaN (the cavities of an iterate that is not a "
+            "fixed point are no leave-one-out predictions). Increase max_iter "
+            "or lower damping." + _degenerate_advice(options, contradicted, n),
+            ConvergenceWarning,
+        )
+    elif contradicted:
+        warnings.warn(
+            "The fitted model is degenerate: its predictions on "
+            f"{contradicted} of {n} training points contradict its own "
+            "leave-one-out predictions, so loo_error_ and loo_proba_ are NaN."
+            + _degenerate_advice(options, contradicted, n),
+            ConvergenceWarning,
+        )
+
+
+def contradicted_points(K, t, solution):
+    """Training points whose fitted prediction contradicts their leave-one-out one.
+
+    At a fixed point of EP (or of the naive equations) each posterior
+    marginal mean lies between its cavity mean and the side of its label:
+    the likelihood of a label pulls its field towards that label.  So a
+    point whose cavity (leave-one-out) mean has its label's sign has a
+    fitted mean of that sign too, and the training error can never exceed
+    the leave-one-out error point by point.  The model's fitted means are
+    ``K @ alpha`` (what ``predict`` computes on the training inputs); when
+    the site precisions are huge (a noise-free step whose constraints the
+    kernel can only meet with tiny posterior variances) ``alpha = nu - tau
+    mean`` cancels catastrophically and these means contradict the
+    solution's own marginals.
+
+    Parameters
+    ----------
+    K : ndarray of shape (n, n)
+        Kernel matrix of the training points.
+    t : ndarray of shape (n,)
+        Labels +-1.
+    solution : TAPSolution
+
+    Returns
+    -------
+    int
+        Number of points that the leave-one-out prediction classifies
+        correctly and the fitted model does not (0 for a sound fit).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from types import SimpleNamespace
+    >>> from sklearn_meanfield.tap.gpc import contradicted_points
+    >>> K, t = np.eye(2), np.array([1.0, -1.0])
+    >>> sound = SimpleNamespace(alpha=np.array([0.5, -0.5]),
+    ...                         cavity_mean=np.array([0.1, 0.2]))
+    >>> contradicted_points(K, t, sound)  # LOO wrong on point 1: allowed
+    0
+    >>> broken = SimpleNamespace(alpha=np.array([-0.5, -0.5]),
+    ...                          cavity_mean=np.array([0.1, -0.2]))
+    >>> contradicted_points(K, t, broken)
+    1
+    """
+    with np.errstate(all="ignore"):
+        fitted = K @ solution.alpha
+        loo_right = t * solution.cavity_mean > 0
+        fitted_right = t * fitted > 0
+    return int(np.sum(loo_right & ~fitted_right))
+
+
+def _degenerate_advice(options, contradicted, n):
+    """What to change when a step likelihood's solution is degenerate."""
+    advice = ""
+    if contradicted:
+        advice = (
+            f" The fitted predictions contradict the leave-one-out ones on "
+            f"{contradicted} of {n} training points: the model is degenerate."
+        )
+    if options.likelihood == "step" and options.label_noise == 0.0:
+        advice += (
+            " The noise-free step likelihood has no room for points the kernel "
+            "cannot separate without huge fields: give label_noise > 0 or "
+            "'auto', use likelihood='probit', or a kernel with a shorter "
+            "length scale."
+        )
+    return advice
