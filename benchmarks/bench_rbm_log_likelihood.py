@@ -1,15 +1,15 @@
 """BetheRBM's log-likelihood estimate against AIS and exact enumeration, on digits.
 
 BetheRBM (default method) and scikit-learn's BernoulliRBM are trained with the
-same settings (20 epochs, learning rate 0.05, batch 10, 1400 binarised
-training digits) at 16, 64 and 256 hidden units.  For each model the table
-gives the mean held-out log-likelihood (397 digits, nats per digit) three
-ways: exact (enumeration of the hidden layer, 16 units only), annealed
-importance sampling (Salakhutdinov and Murray 2008, base rates of the training
-digits, 100 chains, 10000 temperatures; +- its standard error) and the Bethe
+same settings (20 epochs, learning rate 0.05, batch 10, 1400 binarised training
+digits) at 16, 64 and 256 hidden units. For each model the table gives the mean
+held-out log-likelihood (397 digits, nats per digit) three ways: exact
+(enumeration of the hidden layer, 16 units only), annealed importance sampling
+(Salakhutdinov and Murray 2008, base rates of the training digits, 100 chains,
+10000 equally spaced temperatures; +- its standard error) and the Bethe
 estimate (``BetheRBM.score_samples``; for BernoulliRBM's parameters the same
-Bethe ``log Z`` from ``sklearn_meanfield.diagnostics.rbm_log_partition``),
-with the Bethe estimate's error against exact (or AIS) and the CPU time of AIS.
+Bethe ``log Z`` from ``sklearn_meanfield.diagnostics.rbm_log_partition``), with
+the Bethe estimate's error against exact (or AIS) and the CPU time of AIS.
 
 Run: ``python benchmarks/bench_rbm_log_likelihood.py [--quick] [--seeds N]``.
 """
