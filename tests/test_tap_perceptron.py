@@ -4,6 +4,7 @@ import warnings
 
 import numpy as np
 import pytest
+from callback_helpers import TickDeadline
 from scipy.stats import norm
 from sklearn.datasets import load_iris, make_moons
 from sklearn.exceptions import ConvergenceWarning
@@ -585,39 +586,16 @@ def test_extreme_input_scales(scale):
 # ---------------------------------------------------------------- stopping
 
 
-class _Deadline:
-    """A scikit-learn callback asking to stop once ``n_sweeps`` sweeps ended
-    (a deadline measured in sweeps, so the test does not depend on timing)."""
-
-    def __init__(self, n_sweeps):
-        self.n_sweeps = n_sweeps
-        self.seen = 0
-
-    def setup(self, estimator, context):
-        pass
-
-    def teardown(self, estimator, context):
-        pass
-
-    def on_fit_task_begin(self, estimator, context):
-        pass
-
-    def on_fit_task_end(self, estimator, context):
-        if context.task_name == "sweep":
-            self.seen += 1
-        return self.seen >= self.n_sweeps
-
-
 def test_callback_stop_keeps_the_best_iterate_and_warns():
     pytest.importorskip("sklearn.callback")
     X, y, _, _, _ = _teacher_data(60, 8, 10, flip=0.05)
     params = dict(label_noise=0.05, damping=0.3)
     full = TAPPerceptronClassifier(**params).fit(X, y)
     assert full.n_iter_ > 6
-    deadline = _Deadline(5)
+    deadline = TickDeadline(5, "sweep")
     with pytest.warns(ConvergenceWarning, match="callback stopped"):
         stopped = TAPPerceptronClassifier(**params).set_callbacks(deadline).fit(X, y)
-    assert stopped.n_iter_ == 5 and deadline.seen == 5  # no restarts after it
+    assert stopped.n_iter_ == 5 and deadline.ticks == 5  # no restarts after it
     # The best of the five sweeps is EP's own state after them.
     Phi = np.hstack([X / np.sqrt(8), np.ones((60, 1))])
     five = expectation_propagation(
