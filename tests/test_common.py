@@ -27,6 +27,10 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import sklearn_meanfield
 
+# The checks fit with FAST_PARAMS, settings far too short to converge
+# (20 HMC draws, a few EP sweeps): their ConvergenceWarnings are expected.
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
 # Small but honest settings (fewer samples, iterations or restarts) so that the
 # ~50 scikit-learn checks per estimator run in seconds.  Keyed by class name.
 FAST_PARAMS = {

@@ -31,6 +31,10 @@ from sklearn_meanfield._parallel import (
     run_parallel,
 )
 
+# Fits on the cluster use deliberately short settings: their
+# ConvergenceWarnings are expected (tests about warnings use pytest.warns).
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
 distributed = pytest.importorskip("distributed")
 
 

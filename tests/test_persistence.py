@@ -18,6 +18,10 @@ from sklearn.base import clone
 from test_common import FAST_PARAMS, public_estimator_classes
 from test_common import small_data as _data
 
+# Fits use test_common's FAST_PARAMS, too short to converge: their
+# ConvergenceWarnings are expected.
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
 PREDICTION_METHODS = (
     "predict",
     "predict_proba",

@@ -27,6 +27,10 @@ from test_common import (
 
 import sklearn_meanfield
 
+# Reliability tests use deliberately short or degenerate fits: their
+# ConvergenceWarnings are expected (tests about warnings use pytest.warns).
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
 # The BetheRBM models binary units: its data must lie in [0, 1].
 UNIT_INTERVAL = {"BetheRBM"}
 
