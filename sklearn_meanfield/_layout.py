@@ -89,6 +89,28 @@ class ParameterLayout:
             if any(n < 0 for n in shape):
                 raise ValueError(f"block {name!r} has a negative dimension {shape}")
         object.__setattr__(self, "blocks", blocks)
+        # Derived once: samplers unpack vectors in their innermost loops.
+        shapes = tuple(shape for _, shape in blocks)
+        sizes = tuple(prod(shape) for shape in shapes)
+        offsets = [0]
+        for size in sizes:
+            offsets.append(offsets[-1] + size)
+        derived = {
+            "_names": tuple(names),
+            "_shapes": shapes,
+            "_sizes": sizes,
+            "_offsets": tuple(offsets),
+            "_slices": tuple(slice(a, b) for a, b in zip(offsets, offsets[1:])),
+        }
+        # Per block: its slice, its shape, and whether the slice already has
+        # it (one-dimensional blocks of a last parameter axis).
+        derived["_last_axis"] = tuple(
+            (part, shape, len(shape) == 1)
+            for part, shape in zip(derived["_slices"], shapes)
+        )
+        derived["_views"] = _views_type(tuple(names))
+        for key, value in derived.items():
+            object.__setattr__(self, key, value)
 
     @classmethod
     def of(cls, **blocks):
@@ -118,26 +140,23 @@ class ParameterLayout:
 
     @property
     def names(self):
-        return tuple(name for name, _ in self.blocks)
+        return self._names
 
     @property
     def shapes(self):
-        return tuple(shape for _, shape in self.blocks)
+        return self._shapes
 
     @property
     def sizes(self):
-        return tuple(prod(shape) for shape in self.shapes)
+        return self._sizes
 
     @property
     def offsets(self):
-        offsets = [0]
-        for size in self.sizes:
-            offsets.append(offsets[-1] + size)
-        return tuple(offsets)
+        return self._offsets
 
     @property
     def n_params(self):
-        return self.offsets[-1]
+        return self._offsets[-1]
 
     def slice(self, name):
         """The slice of block ``name`` in the flat vector.
@@ -148,9 +167,7 @@ class ParameterLayout:
         >>> ParameterLayout.of(W=(2, 3), b=(3,)).slice("b")
         slice(6, 9, None)
         """
-        k = self.names.index(name)
-        offsets = self.offsets
-        return slice(offsets[k], offsets[k + 1])
+        return self._slices[self._names.index(name)]
 
     def unpack(self, theta, axis=-1):
         """Views of every block of ``theta``, as a named tuple.
@@ -185,21 +202,36 @@ class ParameterLayout:
         >>> F[7].tolist()
         [1.0, 1.0, 1.0, 1.0, 1.0]
         """
+        if axis == -1 and type(theta) is np.ndarray:
+            # The common case, kept lean: samplers unpack in inner loops.
+            before = theta.shape[:-1]
+            if theta.shape[-1] == self._offsets[-1]:
+                return self._views._make(
+                    [
+                        theta[..., part]
+                        if flat
+                        else theta[..., part].reshape(before + shape)
+                        for part, shape, flat in self._last_axis
+                    ]
+                )
         theta = np.asarray(theta)
         axis = axis % theta.ndim
-        if theta.shape[axis] != self.n_params:
+        if theta.shape[axis] != self._offsets[-1]:
             raise ValueError(
                 f"axis {axis} of theta has length {theta.shape[axis]}, "
                 f"the layout {self.n_params} parameters"
             )
         before, after = theta.shape[:axis], theta.shape[axis + 1 :]
-        index = [slice(None)] * theta.ndim
-        views = []
-        offsets = self.offsets
-        for k, shape in enumerate(self.shapes):
-            index[axis] = slice(offsets[k], offsets[k + 1])
-            views.append(theta[tuple(index)].reshape(before + shape + after))
-        return _views_type(self.names)(*views)
+        lead = (slice(None),) * axis
+        return self._views._make(
+            theta[lead + (part,)].reshape(before + shape + after)
+            for part, shape in zip(self._slices, self._shapes)
+        )
+
+    def __reduce__(self):
+        # Pickle the blocks alone; the derived attributes (and the views'
+        # named-tuple class, which does not pickle) are rebuilt on load.
+        return (type(self), (self.blocks,))
 
     def pack(self, blocks=None, /, **arrays):
         """Flat vectors from the blocks: the inverse of :meth:`unpack`.

@@ -110,10 +110,21 @@ class NetworkLayout:
         return rows + [[d]]
 
     def group_index(self):
-        """Group of every parameter, shape (n_params,), values in [0, n_groups)."""
+        """Group of every parameter, shape (n_params,), values in [0, n_groups).
+
+        A read-only array, built once per layout (every iteration of the
+        sampler needs it several times).
+        """
+        return self._group_index
+
+    @cached_property
+    def _group_index(self):
         n_w1 = self.n_features if self.ard else 1
         w1 = np.arange(self.n_features)[:, None] if self.ard else 0
-        return self.blocks.pack(W1=w1, b1=n_w1, W2=n_w1 + 1, b2=n_w1 + 2).astype(int)
+        index = self.blocks.pack(W1=w1, b1=n_w1, W2=n_w1 + 1, b2=n_w1 + 2)
+        index = index.astype(int)
+        index.setflags(write=False)
+        return index
 
     def group_sizes(self):
         return np.bincount(self.group_index(), minlength=self.n_groups)
@@ -206,10 +217,16 @@ class Activations(NamedTuple):
 
 
 def _output_layer(pre, w2, b2):
-    """Hidden activations and outputs from the pre-activations: the one tanh
-    layer every evaluation of the network goes through."""
+    """The network from the hidden pre-activations on: the one tanh layer and
+    output layer every evaluation of the network goes through."""
     hidden = _tanh(pre)
-    return hidden, np.matmul(hidden, w2) + b2[..., None, :]
+    return Activations(np.matmul(hidden, w2) + b2[:, None, :], hidden, pre)
+
+
+def _augmented_forward(views, X_augmented_T):
+    """The network on ``[X, 1] [W1; b1]``, given the views ``V1, W2, b2``."""
+    v1, w2, b2 = views
+    return _output_layer(np.matmul(X_augmented_T.T, v1), w2, b2)
 
 
 def forward(theta, X, layout, X_augmented_T=None):
@@ -247,14 +264,10 @@ def forward(theta, X, layout, X_augmented_T=None):
     >>> bool(np.allclose(same.outputs, outputs, rtol=1e-14))
     True
     """
-    if X_augmented_T is None:
-        w1, b1, w2, b2 = layout.blocks.unpack(theta)
-        pre = np.matmul(X, w1) + b1[..., None, :]
-    else:
-        v1, w2, b2 = layout.augmented.unpack(theta)
-        pre = np.matmul(X_augmented_T.T, v1)
-    hidden, outputs = _output_layer(pre, w2, b2)
-    return Activations(outputs, hidden, pre)
+    if X_augmented_T is not None:
+        return _augmented_forward(layout.augmented.unpack(theta), X_augmented_T)
+    w1, b1, w2, b2 = layout.blocks.unpack(theta)
+    return _output_layer(np.matmul(X, w1) + b1[:, None, :], w2, b2)
 
 
 def augment(X):
@@ -331,8 +344,9 @@ def log_posterior_and_grad(
     True
     """
     xa_t = augment(X) if X_augmented_T is None else X_augmented_T
-    w2 = layout.augmented.unpack(theta).W2
-    outputs, hidden, _ = forward(theta, None, layout, X_augmented_T=xa_t)
+    blocks = layout.augmented
+    views = blocks.unpack(theta)
+    outputs, hidden, _ = _augmented_forward(views, xa_t)
     residual = Y - outputs
     weighted = residual * noise_precision[:, None, :]
     if sample_weight is not None:
@@ -342,19 +356,23 @@ def log_posterior_and_grad(
         np.einsum("cnm,cnm->c", residual, weighted)
         + np.einsum("cp,cp->c", prior_term, theta)
     )
+    n_chains = theta.shape[0]
     grad = np.empty_like(theta)
     # Back through tanh: d tanh(a) / da = 1 - tanh(a)^2.
+    w2_t = views.W2.transpose(0, 2, 1)
     if layout.n_outputs == 1:  # an outer product: cheaper as a broadcast
-        delta = weighted * w2.transpose(0, 2, 1)
+        delta = weighted * w2_t
     else:
-        delta = np.matmul(weighted, w2.transpose(0, 2, 1))
+        delta = np.matmul(weighted, w2_t)
     slope = hidden * hidden
     np.subtract(1.0, slope, out=slope)
     delta *= slope
-    grad_v1, grad_w2, grad_b2 = layout.augmented.unpack(grad)
-    grad_v1[...] = np.matmul(xa_t, delta)
-    grad_w2[...] = np.matmul(hidden.transpose(0, 2, 1), weighted)
-    grad_b2[...] = weighted.sum(axis=1)
+    # Flat slices rather than views of grad: this is the sampler's inner loop.
+    grad[:, blocks.slice("V1")] = np.matmul(xa_t, delta).reshape(n_chains, -1)
+    grad[:, blocks.slice("W2")] = np.matmul(
+        hidden.transpose(0, 2, 1), weighted
+    ).reshape(n_chains, -1)
+    grad[:, blocks.slice("b2")] = weighted.sum(axis=1)
     grad -= prior_term
     return log_prob, grad
 

@@ -103,8 +103,7 @@ def _group_scaled(state, g, factor, X_augmented_T, layout, theta):
     if g < len(rows):
         part = np.matmul(X_augmented_T[rows[g]].T, v1[:, rows[g], :])
         pre = state.pre + factor * part
-        hidden, outputs = _output_layer(pre, w2, b2)
-        return Activations(outputs, hidden, pre)
+        return _output_layer(pre, w2, b2)
     if g == len(rows):  # hidden-to-output weights
         outputs = state.outputs + factor * (state.outputs - b2[:, None, :])
     else:  # output biases
