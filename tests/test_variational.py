@@ -138,6 +138,45 @@ def test_restarts_do_not_depend_on_n_jobs():
     np.testing.assert_array_equal(models[0].scores_, models[1].scores_)
 
 
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+
+    threads = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    return max(threads, default=0)
+
+
+@pytest.mark.parametrize("covariance", ["full", "diag"])
+@pytest.mark.parametrize("policy", [1, 2])
+def test_restart_runs_on_the_package_blas_policy(monkeypatch, covariance, policy):
+    # One BLAS-thread policy (issue 19.5): a restart asks _parallel's
+    # blas_threads_for_work for its largest factorisation (the k x k
+    # precision for "full", none for "diag") and runs on that many threads,
+    # never more than the caller has.  The policy is replaced by a constant
+    # here; before, a restart always ran on one thread.
+    from sklearn_meanfield import _parallel
+    from sklearn_meanfield.variational import regressor
+
+    if _blas_threads() < 2:
+        pytest.skip("needs a BLAS with at least two threads")
+    asked, seen = [], []
+    monkeypatch.setattr(
+        _parallel, "blas_threads_for_work", lambda flops: asked.append(flops) or policy
+    )
+    real_fit_restart = regressor.fit_restart
+
+    def recording(*args, **kwargs):
+        seen.append(_blas_threads())
+        return real_fit_restart(*args, **kwargs)
+
+    monkeypatch.setattr(regressor, "fit_restart", recording)
+    X, y = _sine(n=20, seed=2)
+    model = _fit(X, y, hidden_layer_size=2, covariance=covariance, max_iter=2)
+    k = model.mean_.size
+    side = k if covariance == "full" else 0
+    assert asked == [_parallel.factorisation_flops(side)]
+    assert seen == [min(policy, _blas_threads())]
+
+
 def test_verbose_reports_the_bound(capsys):
     X, y = _sine(n=20)
     _fit(X, y, hidden_layer_size=2, max_iter=2, verbose=1)

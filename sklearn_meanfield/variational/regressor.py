@@ -10,11 +10,16 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
-from threadpoolctl import threadpool_limits
 
 from .._base import StandardizedRegressorMixin, atomic_fit
 from .._memory import check_memory, format_bytes
-from .._parallel import N_JOBS_CONSTRAINT, draw_seeds, run_parallel, select_best
+from .._parallel import (
+    N_JOBS_CONSTRAINT,
+    blas_threads_for_matrix,
+    draw_seeds,
+    run_parallel,
+    select_best,
+)
 from .._progress import CallbackSupportMixin, ProgressReporter, fit_progress
 from ._erf_network import (
     NetworkShape,
@@ -50,17 +55,26 @@ def _iteration_progress(reporter):
     return on_iteration
 
 
+def _blas_side(shape):
+    """Side of the largest matrix a restart factorises (BLAS-thread policy).
+
+    The full family factorises the ``k x k`` precision every step; the
+    matrix-free families factorise at most the ``r x r`` Woodbury core.
+    """
+    return shape.n_weights if shape.covariance == "full" else shape.rank
+
+
 def _run_restart(X1, T, shape, options, seed, sample_weight, task, index, verbose):
     """Module-level (picklable) unit of parallel work: one restart.
 
-    Runs the restart's callback task around the fit, on one BLAS thread (the
-    matrices are small: thread wake-ups cost more than the work), and reports
-    its iterations.
+    Runs the restart's callback task around the fit, on the BLAS threads its
+    largest factorisation is worth (one below ~1400 weights: thread wake-ups
+    cost more than the work there), and reports its iterations.
     """
     reporter = ProgressReporter(
         verbose, f"EnsembleLearningRegressor restart {index}", task=task
     )
-    with task, threadpool_limits(limits=1, user_api="blas"):
+    with task, blas_threads_for_matrix(_blas_side(shape)):
         result = fit_restart(
             X1,
             T,
