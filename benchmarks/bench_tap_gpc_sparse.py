@@ -187,6 +187,11 @@ def part_two(kernel, likelihood, n=50_000, m=256, n_subsample=4000):
     ]
     noisy = make_likelihood("probit", LABEL_NOISE)
     noisy_fit, noisy_k, noisy_ep = fit_sparse(kernel, X, Z, t, noisy)
+    print(
+        f"  with label noise {LABEL_NOISE}: EP {noisy_ep.wall:.1f} s"
+        f" ({noisy_fit.n_iter} sweeps, {noisy_ep.cpu:.1f} s cpu,"
+        f" converged {noisy_fit.converged}, {np.sum(noisy_fit.tau < 0)} negative sites)"
+    )
     rows.append(
         (
             f"  + label noise {LABEL_NOISE}",
