@@ -198,6 +198,14 @@ def test_predictive_at_new_points_equals_the_dense_joint_model(negative):
     )
     reduction = solution.variance_reduction(K_cross)
     np.testing.assert_allclose(1.3 - reduction, want_var, rtol=1e-9)
+    # A released solution (no n x m posterior) predicts the same.
+    solution.release()
+    assert solution.posterior is None
+    np.testing.assert_array_equal(
+        solution.predict(K_cross, np.full(11, 1.3))[1], got_var
+    )
+    with pytest.raises(ValueError, match="released"):
+        fitc_evidence_adjoints(solution)
 
 
 # ------------------------------------------------------------- EP on FITC

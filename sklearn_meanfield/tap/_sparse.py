@@ -294,10 +294,15 @@ class FITCSolution:
         predictive mean at new points is ``K_*m @ inducing_alpha``.
     shared : ndarray of shape (n,)
         ``u_i^T A^-1 u_i``.
+    chol_mm : ndarray of shape (m, m)
+        The posterior's Cholesky factor of ``K_mm`` (plus nugget).
+    posterior : FITCPosterior or None
+        The posterior solved (None after :meth:`release`).
     """
 
     def __init__(self, posterior, tau, nu):
         self.posterior = posterior
+        self.chol_mm = posterior.chol_mm
         self.tau = np.array(tau, dtype=float)  # kept for the adjoints
         self.nu = np.array(nu, dtype=float)
         statistics = posterior.site_statistics(self.tau, self.nu)
@@ -311,7 +316,7 @@ class FITCSolution:
 
     def _whitened(self, K_cross):
         """``V = L^-1 K_m*`` and ``L_A^-1 V`` for cross-covariances (m, n*)."""
-        V = _solve_lower(self.posterior.chol_mm, np.asarray(K_cross, dtype=float))
+        V = _solve_lower(self.chol_mm, np.asarray(K_cross, dtype=float))
         return V, _solve_lower(self.chol_A, V)
 
     def variance_reduction(self, K_cross):
@@ -362,7 +367,10 @@ class FITCSolution:
         )
 
     def release(self):
-        """Nothing to drop: prediction needs ``chol_A`` and ``mean_w`` only."""
+        """Drop the reference to the ``n x m`` posterior (``U``): prediction
+        needs ``chol_mm``, ``chol_A`` and ``mean_w`` only, the evidence
+        adjoints need the posterior (compute them before)."""
+        self.posterior = None
 
 
 class FITCPosterior:
@@ -607,6 +615,8 @@ def fitc_evidence_adjoints(solution):
     if not isinstance(fitc, FITCSolution):
         fitc = solution
     posterior = fitc.posterior
+    if posterior is None:
+        raise ValueError("the solution was released; compute the adjoints before")
     n, m = posterior.n, posterior.m
     chol_A, mean_w, chol_mm = fitc.chol_A, fitc.mean_w, posterior.chol_mm
     A = chol_A @ chol_A.T
