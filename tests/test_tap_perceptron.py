@@ -188,6 +188,10 @@ def test_auto_space_follows_the_shape():
 
 
 @pytest.mark.slow
+# The isotropic closure does not converge on 2 of the 30 noise-free problems
+# (it stops after 44-45 sweeps with its best iterate); the test is about the
+# averaged errors, which those iterates still match.
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_teacher_student_beats_point_estimates_and_closures_agree():
     n_features, n_sets = 50, 10
     for alpha in (1, 2, 4):
