@@ -124,130 +124,141 @@ def _mse_from_loo(model):
     return model[-1].loo_error_
 
 
-def _cases():
-    # Imports inside the builders: an estimator that does not exist yet (or a
-    # peer missing from an old scikit-learn) must not break the others.
-    def gpc_kernel(quick):
-        from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+# The builders import inside: an estimator that does not exist yet (or a
+# peer missing from an old scikit-learn) must not break the others.
+def _gpc_kernel(quick):
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
-        # Both GPs start from the same kernel.  The default start, length
-        # scale 1, works on all 569 points; on the 134-point folds of the
-        # quick run, Laplace's optimiser runs from it to the length-scale
-        # bound (1e5) in 2 of 3 folds and predicts the majority class (CV
-        # 0.756).  Quick mode starts both at sqrt(30), the typical distance
-        # between standardised points in 30 dimensions (Laplace CV 0.980).
-        return ConstantKernel(1.0) * RBF(np.sqrt(30.0) if quick else 1.0)
+    # Both GPs start from the same kernel.  The default start, length
+    # scale 1, works on all 569 points; on the 134-point folds of the
+    # quick run, Laplace's optimiser runs from it to the length-scale
+    # bound (1e5) in 2 of 3 folds and predicts the majority class (CV
+    # 0.756).  Quick mode starts both at sqrt(30), the typical distance
+    # between standardised points in 30 dimensions (Laplace CV 0.980).
+    return ConstantKernel(1.0) * RBF(np.sqrt(30.0) if quick else 1.0)
 
-    def tap_gpc(quick):
-        return make_pipeline(
-            StandardScaler(),
-            sklearn_meanfield.TAPGaussianProcessClassifier(
-                gpc_kernel(quick), random_state=0
-            ),
-        )
 
-    def laplace_gpc(quick):
-        from sklearn.gaussian_process import GaussianProcessClassifier
+def _tap_gpc(quick):
+    return make_pipeline(
+        StandardScaler(),
+        sklearn_meanfield.TAPGaussianProcessClassifier(
+            _gpc_kernel(quick), random_state=0
+        ),
+    )
 
-        return make_pipeline(
-            StandardScaler(),
-            GaussianProcessClassifier(gpc_kernel(quick), random_state=0),
-        )
 
-    def tap_perceptron(quick):
-        return make_pipeline(
-            StandardScaler(),
-            sklearn_meanfield.TAPPerceptronClassifier(random_state=0),
-        )
+def _laplace_gpc(quick):
+    from sklearn.gaussian_process import GaussianProcessClassifier
 
-    def logistic(quick):
-        from sklearn.linear_model import LogisticRegression
+    return make_pipeline(
+        StandardScaler(),
+        GaussianProcessClassifier(_gpc_kernel(quick), random_state=0),
+    )
 
-        return make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
 
-    def hmc(quick):
-        # Shorter chains than the defaults so that 5-fold CV plus one fit stays
-        # within the demo's budget; the chains run two at a time.
-        params = dict(
-            hidden_layer_size=8,
-            n_samples=100,
-            n_warmup=100,
-            n_leapfrog=40,
-            n_jobs=2,
+def _tap_perceptron(quick):
+    return make_pipeline(
+        StandardScaler(),
+        sklearn_meanfield.TAPPerceptronClassifier(random_state=0),
+    )
+
+
+def _logistic(quick):
+    from sklearn.linear_model import LogisticRegression
+
+    return make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+
+
+def _hmc(quick):
+    # Shorter chains than the defaults so that 5-fold CV plus one fit stays
+    # within the demo's budget; the chains run two at a time.
+    params = dict(
+        hidden_layer_size=8,
+        n_samples=100,
+        n_warmup=100,
+        n_leapfrog=40,
+        n_jobs=2,
+        random_state=0,
+    )
+    if quick:
+        params.update(n_samples=30, n_warmup=30, n_leapfrog=20, n_chains=2)
+        params.update(n_jobs=1)
+    return make_pipeline(
+        StandardScaler(), sklearn_meanfield.HMCNetworkRegressor(**params)
+    )
+
+
+def _ensemble(quick):
+    # One restart of four hidden units, otherwise the defaults: the
+    # natural-gradient iterations converge in about 12 of them, 0.2 s a
+    # fit on diabetes (5-fold CV + fit 1.5 s).
+    return make_pipeline(
+        StandardScaler(),
+        sklearn_meanfield.EnsembleLearningRegressor(
+            hidden_layer_size=4, n_restarts=1, random_state=0
+        ),
+    )
+
+
+def _bayesian_ridge(quick):
+    from sklearn.linear_model import BayesianRidge
+
+    return make_pipeline(StandardScaler(), BayesianRidge())
+
+
+def _mlp(quick):
+    from sklearn.neural_network import MLPRegressor
+
+    # L-BFGS, which scikit-learn recommends for small data sets: it
+    # converges here, where adam stops at its iteration cap with a
+    # warning in every fold.  The ensemble's four hidden units: with
+    # eight, the unregularised fit overfits the 100-point folds of the
+    # quick run (CV MSE 1.51e4 against 3955 with four; 3478 and 3104 on
+    # all the data).
+    return make_pipeline(
+        StandardScaler(),
+        MLPRegressor(
+            hidden_layer_sizes=(4,), solver="lbfgs", max_iter=5000, random_state=0
+        ),
+    )
+
+
+def _bethe_rbm(quick):
+    from sklearn.linear_model import LogisticRegression
+
+    # The peer's epochs; 7 message-passing sweeps per step instead of 10
+    # keep 5-fold CV plus one fit under ~25 s of CPU (measured accuracy
+    # 0.895, 0.899 with 10 sweeps at ~32 s; BernoulliRBM 0.898).
+    return make_pipeline(
+        sklearn_meanfield.BetheRBM(
+            n_components=32,
+            n_iter=5 if quick else 15,
+            sweeps_per_update=7,
             random_state=0,
-        )
-        if quick:
-            params.update(n_samples=30, n_warmup=30, n_leapfrog=20, n_chains=2)
-            params.update(n_jobs=1)
-        return make_pipeline(
-            StandardScaler(), sklearn_meanfield.HMCNetworkRegressor(**params)
-        )
+        ),
+        LogisticRegression(max_iter=2000),
+    )
 
-    def ensemble(quick):
-        # One restart of four hidden units, otherwise the defaults: the
-        # natural-gradient iterations converge in about 12 of them, 0.2 s a
-        # fit on diabetes (5-fold CV + fit 1.5 s).
-        return make_pipeline(
-            StandardScaler(),
-            sklearn_meanfield.EnsembleLearningRegressor(
-                hidden_layer_size=4, n_restarts=1, random_state=0
-            ),
-        )
 
-    def bayesian_ridge(quick):
-        from sklearn.linear_model import BayesianRidge
+def _bernoulli_rbm(quick):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import BernoulliRBM
 
-        return make_pipeline(StandardScaler(), BayesianRidge())
+    return make_pipeline(
+        BernoulliRBM(n_components=32, n_iter=5 if quick else 15, random_state=0),
+        LogisticRegression(max_iter=2000),
+    )
 
-    def mlp(quick):
-        from sklearn.neural_network import MLPRegressor
 
-        # L-BFGS, which scikit-learn recommends for small data sets: it
-        # converges here, where adam stops at its iteration cap with a
-        # warning in every fold.  The ensemble's four hidden units: with
-        # eight, the unregularised fit overfits the 100-point folds of the
-        # quick run (CV MSE 1.51e4 against 3955 with four; 3478 and 3104 on
-        # all the data).
-        return make_pipeline(
-            StandardScaler(),
-            MLPRegressor(
-                hidden_layer_sizes=(4,), solver="lbfgs", max_iter=5000, random_state=0
-            ),
-        )
-
-    def bethe_rbm(quick):
-        from sklearn.linear_model import LogisticRegression
-
-        # The peer's epochs; 7 message-passing sweeps per step instead of 10
-        # keep 5-fold CV plus one fit under ~25 s of CPU (measured accuracy
-        # 0.895, 0.899 with 10 sweeps at ~32 s; BernoulliRBM 0.898).
-        return make_pipeline(
-            sklearn_meanfield.BetheRBM(
-                n_components=32,
-                n_iter=5 if quick else 15,
-                sweeps_per_update=7,
-                random_state=0,
-            ),
-            LogisticRegression(max_iter=2000),
-        )
-
-    def bernoulli_rbm(quick):
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.neural_network import BernoulliRBM
-
-        return make_pipeline(
-            BernoulliRBM(n_components=32, n_iter=5 if quick else 15, random_state=0),
-            LogisticRegression(max_iter=2000),
-        )
-
+def _cases():
     return [
         DemoCase(
             "TAPGaussianProcessClassifier",
             "breast_cancer",
             _breast_cancer,
-            tap_gpc,
+            _tap_gpc,
             "GaussianProcessClassifier",
-            laplace_gpc,
+            _laplace_gpc,
             "accuracy",
             _accuracy_from_loo,
             quick_note="both GPs start at length scale sqrt(30), not 1",
@@ -256,9 +267,9 @@ def _cases():
             "TAPPerceptronClassifier",
             "breast_cancer",
             _breast_cancer,
-            tap_perceptron,
+            _tap_perceptron,
             "LogisticRegression",
-            logistic,
+            _logistic,
             "accuracy",
             _accuracy_from_loo,
         ),
@@ -266,9 +277,9 @@ def _cases():
             "HMCNetworkRegressor",
             "diabetes",
             _diabetes,
-            hmc,
+            _hmc,
             "BayesianRidge",
-            bayesian_ridge,
+            _bayesian_ridge,
             "mse",
             _mse_from_loo,
             note=(
@@ -282,9 +293,9 @@ def _cases():
             "EnsembleLearningRegressor",
             "diabetes",
             _diabetes,
-            ensemble,
+            _ensemble,
             "MLPRegressor",
-            mlp,
+            _mlp,
             "mse",
             _mse_from_loo,
         ),
@@ -292,9 +303,9 @@ def _cases():
             "BetheRBM",
             "digits (binary)",
             _binary_digits,
-            bethe_rbm,
+            _bethe_rbm,
             "BernoulliRBM",
-            bernoulli_rbm,
+            _bernoulli_rbm,
             "accuracy",
             None,
             quick_note="both RBMs train 5 epochs (full: 15)",
