@@ -257,7 +257,10 @@ def _realigned(value, depth=_REALIGN_DEPTH):
     if depth == 0:
         return value
     if isinstance(value, tuple):
-        return tuple(_realigned(item, depth - 1) for item in value)
+        items = [_realigned(item, depth - 1) for item in value]
+        if all(new is old for new, old in zip(items, value)):
+            return value  # NamedTuples keep their type, and nothing is copied
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     if isinstance(value, list):
         return [_realigned(item, depth - 1) for item in value]
     if isinstance(value, dict):

@@ -1,4 +1,5 @@
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -196,6 +197,24 @@ def test_aligned_arrays_are_passed_without_a_copy():
     holder = _Holder(matrix)
     args = _realigned((matrix, [matrix], holder))
     assert args[0] is matrix and args[1][0] is matrix and holder.matrix is matrix
+
+
+class _Pair(NamedTuple):
+    first: np.ndarray
+    second: float
+
+
+def test_named_tuples_keep_their_type_when_realigned():
+    # Task arguments that are NamedTuples reached workers as plain tuples.
+    from sklearn_meanfield._parallel import _realigned
+
+    matrix = np.ones((3, 3))
+    pair = _Pair(matrix, 2.0)
+    assert _realigned(pair) is pair
+    moved = _realigned(_Pair(_misaligned_copy(matrix), 2.0))
+    assert type(moved) is _Pair and moved.second == 2.0
+    assert moved.first.flags.aligned
+    np.testing.assert_array_equal(moved.first, matrix)
 
 
 def _warn_and_square(value):
