@@ -108,14 +108,15 @@ class InducingOptions:
     jitter: float = 1e-8
 
 
-def initial_inducing_points(X, inducing, seed):
+def initial_inducing_points(X, inducing, seed, sample_weight=None):
     """The starting inducing inputs of a problem with training inputs ``X``.
 
     ``init="kmeans"``: the cluster centres of ``X`` (Lloyd's k-means, one
     initialisation, up to :data:`KMEANS_EXACT_MAX_SAMPLES` rows; mini-batch
     k-means above, which costs a fraction of it on large data), or ``X``
     itself when ``n_inducing`` is at least its number of rows (the exact
-    model, up to the nugget).
+    model, up to the nugget), or its distinct rows when there are no more
+    than ``n_inducing`` of them.
 
     Parameters
     ----------
@@ -123,6 +124,8 @@ def initial_inducing_points(X, inducing, seed):
     inducing : InducingOptions
     seed : int
         Seed of the k-means initialisation.
+    sample_weight : ndarray of shape (n,) or None, default=None
+        Weights of the rows in the k-means objective (as repeated rows).
 
     Returns
     -------
@@ -141,13 +144,16 @@ def initial_inducing_points(X, inducing, seed):
     n, m = len(X), inducing.n_inducing
     if m >= n:
         return np.array(X, dtype=float)
+    distinct = np.unique(X, axis=0)
+    if len(distinct) <= m:  # k-means would find fewer clusters than asked
+        return distinct
     if n <= KMEANS_EXACT_MAX_SAMPLES:
         model = KMeans(m, n_init=1, random_state=seed)
     else:
         model = MiniBatchKMeans(
             m, n_init=3, batch_size=_MINIBATCH_SIZE, random_state=seed
         )
-    return model.fit(X).cluster_centers_
+    return model.fit(X, sample_weight=sample_weight).cluster_centers_
 
 
 def sparse_fit_peak_bytes(n, m, n_features, n_params, n_concurrent=1):
@@ -454,7 +460,7 @@ def fit_sparse_binary(
     kmeans_seed = int(rng.randint(np.iinfo(np.int32).max))
     reporter = ProgressReporter(options.verbose, options.prefix, task=task)
     with reporter.task, blas_threads_for_matrix(min(len(X), 4 * inducing.n_inducing)):
-        Z = initial_inducing_points(X, inducing, kmeans_seed)
+        Z = initial_inducing_points(X, inducing, kmeans_seed, weights)
         stopped = False
         sites = None
         if options.optimizer is not None and (
