@@ -121,9 +121,14 @@ class _Evaluation(NamedTuple):
     contradicted: int
 
 
-def _solve(K, t, likelihood, options, start, on_iteration, log, weights, tol=None):
-    """Run EP (adaptive TAP) on a kernel matrix, fractional EP where it stalls.
+def _solve(
+    posterior, t, likelihood, options, start, on_iteration, log, weights, tol=None
+):
+    """Run EP (adaptive TAP) on a posterior, fractional EP where it stalls.
 
+    ``posterior`` is a :class:`~sklearn_meanfield.tap._core.KernelPosterior`
+    (the exact model) or a compatible one (the sparse model's
+    :class:`~sklearn_meanfield.tap._sparse.FITCPosterior`).
     ``start`` holds warm-start sites (see
     :func:`~sklearn_meanfield.tap._core.expectation_propagation`),
     ``on_iteration`` sees every sweep (and may stop the solve at its best
@@ -133,7 +138,7 @@ def _solve(K, t, likelihood, options, start, on_iteration, log, weights, tol=Non
     (:func:`~sklearn_meanfield.tap._fallback.ep_with_fallback`).
     """
     return ep_with_fallback(
-        KernelPosterior(K),
+        posterior,
         t,
         likelihood,
         start=start,
@@ -146,13 +151,13 @@ def _solve(K, t, likelihood, options, start, on_iteration, log, weights, tol=Non
     )
 
 
-def _naive_solve(K, t, likelihood, options, on_iteration=None, weights=None):
+def _naive_solve(posterior, t, likelihood, options, on_iteration=None, weights=None):
     """Naive mean field (the cavity variance is the prior variance)."""
     return mean_field_iteration(
-        KernelPosterior(K),
+        posterior,
         t,
         likelihood,
-        PriorVariance(np.diag(K).copy()),
+        PriorVariance(posterior.prior_var.copy()),
         max_iter=options.max_iter,
         tol=options.tol,
         damping=min(options.damping, 0.2),
@@ -223,7 +228,9 @@ def _evaluate(
         K = kernel(X)
     likelihood = options.make_likelihood()
     sweeps = None if printer is None else print_sweeps(printer)
-    solution = _solve(K, t, likelihood, options, start, sweeps, printer, weights, tol)
+    solution = _solve(
+        KernelPosterior(K), t, likelihood, options, start, sweeps, printer, weights, tol
+    )
     contradicted = contradicted_points(K, t, solution)
     if not eval_gradient:
         return _Evaluation(solution, solution.log_evidence, None, contradicted)
@@ -323,19 +330,25 @@ class _Search:
     evaluations: int = 0
     history: list = field(default_factory=list)
 
-    def __call__(self, theta, eval_gradient=True):
-        evaluation = _evaluate(
+    def evaluate(self, theta, start, eval_gradient):
+        """The :class:`_Evaluation` at ``theta`` from warm starts ``start``
+        (a subclass evaluates another model's evidence)."""
+        return _evaluate(
             theta,
             self.X,
             self.t,
             self.kernel,
             self.options,
-            _extrapolate_sites(self.history, theta),
+            start,
             eval_gradient=eval_gradient,
             tol=max(self.options.tol, self.tol),
             weights=self.weights,
             printer=self.printer,
         )
+
+    def __call__(self, theta, eval_gradient=True):
+        start = _extrapolate_sites(self.history, theta)
+        evaluation = self.evaluate(theta, start, eval_gradient)
         self.evaluations += 1
         value, gradient = self._record(theta, evaluation, eval_gradient)
         if self.task.step("evaluation"):
@@ -387,17 +400,31 @@ class _Search:
         return value, gradient
 
 
-def _run_optimizer(initial_theta, X, t, kernel, options, task, weights):
+def _run_optimizer(
+    initial_theta,
+    X,
+    t,
+    kernel,
+    options,
+    task,
+    weights,
+    bounds=None,
+    search_class=None,
+    search_fields=None,
+):
     """One optimiser run from ``initial_theta``; EP warm-starts along the path.
 
     Returns an :class:`_OptimizerRun`.  ``task`` (a
     :class:`~sklearn_meanfield._progress.CallbackTask`) gets a step per
-    evidence evaluation.
+    evidence evaluation.  ``bounds`` (None: :func:`_search_space`'s),
+    ``search_class`` (None: :class:`_Search`) and its extra
+    ``search_fields`` let another model's search (the sparse fit's) run
+    the same strategy.
     """
     printer = None
     if options.verbose >= 1:
         printer = ProgressReporter(options.verbose, options.prefix)
-    search = _Search(
+    search = (search_class or _Search)(
         X,
         t,
         kernel,
@@ -406,8 +433,10 @@ def _run_optimizer(initial_theta, X, t, kernel, options, task, weights):
         task,
         theta=np.asarray(initial_theta, dtype=float),
         printer=printer,
+        **(search_fields or {}),
     )
-    _, bounds = _search_space(kernel, options)
+    if bounds is None:
+        _, bounds = _search_space(kernel, options)
     with task:
         try:
             theta, value = options.optimizer(search, initial_theta, bounds=bounds)
@@ -502,7 +531,14 @@ def fit_binary(X, t, kernel, options, seed, n_jobs, task=None, weights=None):
         K = kernel(X)
         likelihood = options.make_likelihood()
         solution, log_evidence, stopped = _final_solve(
-            K, t, likelihood, options, sites, stopped, reporter, weights
+            KernelPosterior(K),
+            t,
+            likelihood,
+            options,
+            sites,
+            stopped,
+            reporter,
+            weights,
         )
         contradicted = contradicted_points(K, t, solution)
         _warn_unreliable(solution, options, stopped, contradicted, len(t))
@@ -518,10 +554,11 @@ def fit_binary(X, t, kernel, options, seed, n_jobs, task=None, weights=None):
     )
 
 
-def _final_solve(K, t, likelihood, options, sites, stopped, reporter, weights):
+def _final_solve(posterior, t, likelihood, options, sites, stopped, reporter, weights):
     """The mean-field solution at the fitted kernel (a callback subtask whose
-    steps are the sweeps).  Returns it, its EP evidence and whether a
-    callback asked to stop (now or during the search)."""
+    steps are the sweeps), on ``posterior`` (exact or sparse).  Returns it,
+    its EP evidence and whether a callback asked to stop (now or during the
+    search)."""
     solve = ProgressReporter(
         options.verbose,
         reporter.prefix,
@@ -532,11 +569,11 @@ def _final_solve(K, t, likelihood, options, sites, stopped, reporter, weights):
     # (one sweep returns the warm start's solution, not a step beyond it).
     final = replace(options, max_iter=1) if stopped else options
     with solve.task:
-        ep = _solve(K, t, likelihood, final, sites, sweeps, solve, weights)
+        ep = _solve(posterior, t, likelihood, final, sites, sweeps, solve, weights)
         solution = ep
         if options.method == "naive":
             solution = _naive_solve(
-                K, t, likelihood, final, on_iteration=sweeps, weights=weights
+                posterior, t, likelihood, final, on_iteration=sweeps, weights=weights
             )
     stopped |= ep.stopped or solution.stopped
     reporter(

@@ -30,7 +30,7 @@ References
    pseudo-inputs", NIPS 18, 2006.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -43,18 +43,17 @@ from .._progress import ProgressReporter
 from ._binary_gpc import (
     _at,
     _Evaluation,
-    _extrapolate_sites,
-    _OptimizerRun,
+    _final_solve,
+    _run_optimizer,
     _Search,
     _search_space,
-    _StopRequested,
+    _solve,
     _warn_at_bounds,
     _warn_unreliable,
     contradicted_points,
 )
-from ._core import PriorVariance, ep_label_noise_gradient, mean_field_iteration
-from ._fallback import ep_with_fallback
-from ._hooks import print_sweeps, sweep_steps
+from ._core import ep_label_noise_gradient
+from ._hooks import print_sweeps
 from ._sparse import (
     FITCPosterior,
     fitc_evidence_adjoints,
@@ -229,24 +228,6 @@ class _Matvec:
         return self.posterior.matvec(alpha)
 
 
-def _solve(
-    posterior, t, likelihood, options, start, on_iteration, log, weights, tol=None
-):
-    """EP on the FITC posterior, fractional EP where it stalls."""
-    return ep_with_fallback(
-        posterior,
-        t,
-        likelihood,
-        start=start,
-        max_iter=options.max_iter,
-        tol=options.tol if tol is None else tol,
-        damping=options.damping,
-        on_iteration=on_iteration,
-        log=log,
-        site_weights=weights,
-    )
-
-
 def _split(params, kernel, options, inducing, Z):
     """Kernel, options and inducing inputs at a point of the search space."""
     params = np.asarray(params, dtype=float)
@@ -352,8 +333,8 @@ class _SparseSearch(_Search):
     inducing: InducingOptions = None
     Z: np.ndarray = None
 
-    def __call__(self, params, eval_gradient=True):
-        evaluation = _evaluate(
+    def evaluate(self, params, start, eval_gradient):
+        return _evaluate(
             params,
             self.X,
             self.t,
@@ -361,47 +342,12 @@ class _SparseSearch(_Search):
             self.options,
             self.inducing,
             self.Z,
-            _extrapolate_sites(self.history, params),
+            start,
             eval_gradient=eval_gradient,
             tol=max(self.options.tol, self.tol),
             weights=self.weights,
             printer=self.printer,
         )
-        self.evaluations += 1
-        value, gradient = self._record(params, evaluation, eval_gradient)
-        if self.task.step("evaluation"):
-            raise _StopRequested
-        if eval_gradient:
-            return -value, -gradient
-        return -value
-
-
-def _run_optimizer(start, bounds, X, t, kernel, options, inducing, Z, task, weights):
-    """One optimiser run from ``start`` (as the exact fit's)."""
-    printer = None
-    if options.verbose >= 1:
-        printer = ProgressReporter(options.verbose, options.prefix)
-    search = _SparseSearch(
-        X,
-        t,
-        kernel,
-        options,
-        weights,
-        task,
-        theta=np.asarray(start, dtype=float),
-        printer=printer,
-        inducing=inducing,
-        Z=Z,
-    )
-    with task:
-        try:
-            params, value = options.optimizer(search, start, bounds=bounds)
-            params = np.asarray(params, dtype=float)
-        except _StopRequested:
-            return _OptimizerRun(search.theta, float(search.best), search.sites, True)
-    if search.best < value or not np.isfinite(value):
-        params, value = search.theta, float(search.best)
-    return _OptimizerRun(params, float(value), search.sites, False)
 
 
 def _optimise(X, t, kernel, options, inducing, Z, rng, n_jobs, reporter, weights):
@@ -421,10 +367,11 @@ def _optimise(X, t, kernel, options, inducing, Z, rng, n_jobs, reporter, weights
         draw[:head] = rng.uniform(bounds[:head, 0], bounds[:head, 1])
         starts.append(draw)
     run_tasks = reporter.task.subtasks(len(starts), "optimiser run", max_steps=None)
+    fields = {"inducing": inducing, "Z": Z}
     runs = run_parallel(
         _run_optimizer,
         [
-            (s, bounds, X, t, kernel, options, inducing, Z, run_task, weights)
+            (s, X, t, kernel, options, run_task, weights, bounds, _SparseSearch, fields)
             for s, run_task in zip(starts, run_tasks)
         ],
         n_jobs=n_jobs,
@@ -493,41 +440,3 @@ def fit_sparse_binary(
         loo_valid=bool(solution.converged and not stopped and not contradicted),
         inducing_points=np.array(Z, dtype=float),
     )
-
-
-def _final_solve(posterior, t, likelihood, options, sites, stopped, reporter, weights):
-    """The mean-field solution at the fitted kernel and inducing inputs (a
-    callback subtask whose steps are the sweeps), as the exact fit's."""
-    solve = ProgressReporter(
-        options.verbose,
-        reporter.prefix,
-        task=reporter.task.subtask("solve", max_steps=None),
-    )
-    sweeps = sweep_steps(solve)
-    final = replace(options, max_iter=1) if stopped else options
-    with solve.task:
-        ep = _solve(posterior, t, likelihood, final, sites, sweeps, solve, weights)
-        solution = ep
-        if options.method == "naive":
-            solution = mean_field_iteration(
-                posterior,
-                t,
-                likelihood,
-                PriorVariance(posterior.prior_var.copy()),
-                max_iter=final.max_iter,
-                tol=final.tol,
-                damping=min(final.damping, 0.2),
-                on_iteration=sweeps,
-                site_weights=weights,
-            )
-    stopped |= ep.stopped or solution.stopped
-    reporter(
-        1,
-        "final sparse %s solve (m = %d): %d sweeps, %s, log evidence %.4f",
-        options.method,
-        posterior.m,
-        solution.n_iter,
-        "converged" if solution.converged else "not converged",
-        ep.log_evidence,
-    )
-    return solution, ep.log_evidence, stopped
