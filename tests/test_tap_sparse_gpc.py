@@ -433,3 +433,39 @@ def test_optimised_sparse_fit_at_the_data_equals_the_optimised_exact_fit(
         sparse.predict_proba(X), exact.predict_proba(X), atol=1e-6
     )
     np.testing.assert_allclose(sparse.loo_proba_, exact.loo_proba_, atol=1e-6)
+
+
+def test_predictions_by_row_blocks_equal_one_block(monkeypatch):
+    import sklearn_meanfield.tap._sparse_gpc as module
+
+    X, t = _data(80, 14)
+    model = TAPGaussianProcessClassifier(
+        C(1.3) * RBF(0.8), optimizer=None, n_inducing=10, random_state=0
+    ).fit(X, _labels(t))
+    X_new = np.random.default_rng(2).uniform(-2, 2, size=(37, 2))
+    whole = model.latent_mean_and_variance(X_new)
+    # Blocks of 4 rows (the default holds 8 MiB of cross-covariances).
+    monkeypatch.setattr(module, "_PREDICT_BLOCK_BYTES", 8 * 10 * 4)
+    blocks = model.latent_mean_and_variance(X_new)
+    np.testing.assert_allclose(blocks[0], whole[0], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(blocks[1], whole[1], rtol=1e-12, atol=1e-14)
+    # Positive sites only shrink the prior variance.
+    assert np.all(blocks[1] <= model.kernel_.diag(X_new) + 1e-12)
+
+
+def test_verbose_prints_the_kernel_not_the_inducing_inputs(capsys):
+    X, t = _data(40, 15)
+    TAPGaussianProcessClassifier(
+        C(1.0) * RBF(1.0),
+        n_inducing=5,
+        optimize_inducing_points=True,
+        random_state=0,
+        verbose=1,
+        tol=1e-4,
+    ).fit(X, _labels(t))
+    lines = [
+        line for line in capsys.readouterr().out.splitlines() if "evaluation 1:" in line
+    ]
+    assert len(lines) == 1
+    # exp(theta) of the start C(1) * RBF(1), then the 5 learned inducing inputs
+    assert "at theta [1, 1] and [5 inducing inputs]" in lines[0]

@@ -346,6 +346,10 @@ class _Search:
             printer=self.printer,
         )
 
+    def describe(self, theta):
+        """``exp(theta)`` as the verbose lines print it."""
+        return ", ".join(f"{x:.4g}" for x in np.exp(theta))
+
     def __call__(self, theta, eval_gradient=True):
         start = _extrapolate_sites(self.history, theta)
         evaluation = self.evaluate(theta, start, eval_gradient)
@@ -374,7 +378,7 @@ class _Search:
                 "evaluation %d: log evidence %.4f at theta [%s] (%d sweeps%s)",
                 self.evaluations,
                 value,
-                ", ".join(f"{x:.4g}" for x in np.exp(theta)),
+                self.describe(theta),
                 solution.n_iter,
                 "" if reliable else ", not converged or degenerate: rejected",
             )

@@ -36,6 +36,7 @@ from typing import NamedTuple
 import numpy as np
 from sklearn.cluster import KMeans, MiniBatchKMeans
 from sklearn.gaussian_process.kernels import Kernel
+from sklearn.utils.validation import _num_samples
 
 from .._memory import check_memory
 from .._parallel import blas_threads_for_matrix, run_parallel, select_best
@@ -78,6 +79,7 @@ __all__ = [
 # k-means objective 3.5 % higher; the FITC fit itself took 7 s there.
 KMEANS_EXACT_MAX_SAMPLES = 10_000
 _MINIBATCH_SIZE = 4096
+_PREDICT_BLOCK_BYTES = 8 * 2**20
 
 
 @dataclass(frozen=True)
@@ -212,10 +214,19 @@ class SparseBinaryFit(NamedTuple):
     def latent(self, X_train, X):
         """Predictive mean and variance of the problem's field at ``X``
         (``X_train`` is not needed: the FITC prior links new fields to the
-        training fields through the inducing values only)."""
-        return self.solution.posterior.predict(
-            self.kernel(self.inducing_points, X), self.kernel.diag(X)
-        )
+        training fields through the inducing values only), in row blocks of
+        ``X`` (``m x`` block cross-covariances of about 8 MiB)."""
+        n = _num_samples(X)
+        mean, var = np.empty(n), np.empty(n)
+        rows = max(1, _PREDICT_BLOCK_BYTES // (8 * len(self.inducing_points)))
+        for start in range(0, n, rows):
+            block = X[start : start + rows]
+            mean[start : start + rows], var[start : start + rows] = (
+                self.solution.posterior.predict(
+                    self.kernel(self.inducing_points, block), self.kernel.diag(block)
+                )
+            )
+        return mean, var
 
 
 class _Matvec:
@@ -332,6 +343,15 @@ class _SparseSearch(_Search):
 
     inducing: InducingOptions = None
     Z: np.ndarray = None
+
+    def describe(self, params):
+        """``exp`` of the kernel's (and label noise's) entries; the inducing
+        inputs are not printed."""
+        head = self.kernel.n_dims + int(self.options.learns_label_noise)
+        text = super().describe(params[:head])
+        if self.inducing.learn:
+            text += f"] and [{len(self.Z)} inducing inputs"
+        return text
 
     def evaluate(self, params, start, eval_gradient):
         return _evaluate(
