@@ -8,6 +8,8 @@ model without a point for the leave-one-out predictions, and the fit itself
 on one and two joblib workers.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.gaussian_process.kernels import RBF
@@ -469,3 +471,63 @@ def test_verbose_prints_the_kernel_not_the_inducing_inputs(capsys):
     assert len(lines) == 1
     # exp(theta) of the start C(1) * RBF(1), then the 5 learned inducing inputs
     assert "at theta [1, 1] and [5 inducing inputs]" in lines[0]
+
+
+class _StopAfter:
+    """A scikit-learn callback asking the fit to stop from its ``n``-th
+    finished task on (tasks: evaluations, sweeps)."""
+
+    def __init__(self, n):
+        self.n, self.finished = n, 0
+
+    def setup(self, estimator, context):
+        pass
+
+    def teardown(self, estimator, context):
+        pass
+
+    def on_fit_task_begin(self, estimator, context):
+        pass
+
+    def on_fit_task_end(self, estimator, context):
+        self.finished += 1
+        return self.finished > self.n
+
+
+def test_stop_during_the_sparse_search_keeps_its_best_point_so_far():
+    pytest.importorskip("sklearn.callback")
+    from scipy.optimize import minimize
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, t = _data(60, 16)
+    y = _labels(t)
+    evaluations = []
+
+    def recording_lbfgs(obj_func, initial_theta, bounds):
+        def objective(params):
+            value, gradient = obj_func(params)
+            evaluations.append((np.array(params), value))
+            return value, gradient
+
+        result = minimize(
+            objective, initial_theta, method="L-BFGS-B", jac=True, bounds=bounds
+        )
+        return result.x, result.fun
+
+    params = dict(n_inducing=6, optimize_inducing_points=True, random_state=0)
+    full = TAPGaussianProcessClassifier(optimizer=recording_lbfgs, **params)
+    with warnings.catch_warnings():  # FITC's amplitude runs to its bound
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        full.fit(X, y)
+    assert len(evaluations) > 6
+    stopped = TAPGaussianProcessClassifier(**params).set_callbacks(_StopAfter(5))
+    with pytest.warns(ConvergenceWarning, match="callback asked the fit to stop"):
+        stopped.fit(X, y)
+    best, value = min(evaluations[:6], key=lambda e: e[1])
+    # (the kernel's theta goes through exp and log: equal to rounding)
+    np.testing.assert_allclose(stopped.kernel_.theta, best[:2], rtol=1e-14)
+    np.testing.assert_array_equal(stopped.inducing_points_.ravel(), best[2:])
+    assert stopped.log_marginal_likelihood_value_ == pytest.approx(-value, rel=1e-9)
+    assert stopped.log_marginal_likelihood_value_ < full.log_marginal_likelihood_value_
+    assert np.isnan(stopped.loo_error_)
+    assert np.all(np.isfinite(stopped.predict_proba(X)))
