@@ -871,6 +871,10 @@ class TAPGaussianProcessClassifier(
     ):
         """TAP (EP) approximation of the log marginal likelihood.
 
+        In the sparse mode (``inducing_points_`` not None), the FITC-EP
+        evidence at the fitted inducing inputs, which stay fixed: ``theta``
+        and the gradient cover the kernel (and label noise) only.
+
         Parameters
         ----------
         theta : array-like or None, default=None
