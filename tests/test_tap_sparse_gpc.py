@@ -531,3 +531,46 @@ def test_stop_during_the_sparse_search_keeps_its_best_point_so_far():
     assert stopped.log_marginal_likelihood_value_ < full.log_marginal_likelihood_value_
     assert np.isnan(stopped.loo_error_)
     assert np.all(np.isfinite(stopped.predict_proba(X)))
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_sparse_problems_and_restarts_on_a_dask_cluster_equal_the_local_fit():
+    # The one-vs-rest problems (and a binary fit's restarts) are joblib tasks;
+    # seeds (k-means's and the restarts') are drawn before dispatch.
+    distributed = pytest.importorskip("distributed")
+    from joblib import parallel_config
+
+    X, _ = _data(90, 17)
+    y = np.digitize(X[:, 0] + 0.3 * X[:, 1], [-0.7, 0.7])
+    params = dict(
+        kernel=C(1.0, (1e-2, 1e2)) * RBF(1.0, (1e-1, 1e1)),
+        n_inducing=8,
+        optimize_inducing_points=True,
+        n_restarts_optimizer=1,
+        random_state=0,
+        tol=1e-4,
+    )
+    local = TAPGaussianProcessClassifier(**params, n_jobs=1).fit(X, y)
+    binary = TAPGaussianProcessClassifier(**params, n_jobs=1).fit(X, y == 1)
+    with (
+        distributed.LocalCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=False,
+            protocol="tcp",
+            host="127.0.0.1",
+            dashboard_address=":0",
+        ) as cluster,
+        distributed.Client(cluster),
+        parallel_config(backend="dask"),
+    ):
+        remote = TAPGaussianProcessClassifier(**params).fit(X, y)
+        remote_binary = TAPGaussianProcessClassifier(**params).fit(X, y == 1)
+    for a, b in [(remote, local), (remote_binary, binary)]:
+        np.testing.assert_array_equal(a.kernel_.theta, b.kernel_.theta)
+        np.testing.assert_array_equal(
+            np.concatenate(a.inducing_points_, axis=None),
+            np.concatenate(b.inducing_points_, axis=None),
+        )
+        np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
+        np.testing.assert_array_equal(a.loo_proba_, b.loo_proba_)
