@@ -213,7 +213,11 @@ class TAPGaussianProcessClassifier(
         from the cavities, which here are the sparse model refitted without
         the point with the other sites (and the kernel and inducing inputs)
         kept (as exact TAP's are for the full model; within 0.003 of brute-force
-        refits on a 60-point test).
+        refits on a 60-point test).  A sample weight raises one field's
+        likelihood to the weight, as in the exact mode; repeated rows are
+        another FITC model (each copy gets its own independent diagonal
+        correction ``K_ii - Q_ii``), so the two agree only where that
+        correction vanishes (inducing inputs at those rows).
     inducing_points : "kmeans" or array-like of shape (m, n_features), default="kmeans"
         Where the inducing inputs start: the k-means centres of each binary
         problem's inputs (Lloyd's k-means up to 10,000 samples, mini-batch
