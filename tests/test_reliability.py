@@ -394,7 +394,10 @@ def test_gp_classifier_refuses_kernel_matrices_that_do_not_fit_in_memory():
     n_samples = 2_000_000  # the kernel matrix alone would need 32 TB
     X = rng.normal(size=(n_samples, 1))
     y = (X[:, 0] > 0).astype(int)
-    estimator = sklearn_meanfield.TAPGaussianProcessClassifier(optimizer=None)
+    # The exact mode (the default "auto" would fit this sparsely).
+    estimator = sklearn_meanfield.TAPGaussianProcessClassifier(
+        optimizer=None, n_inducing=None
+    )
     with pytest.raises(MemoryError, match=r"TB|GB|GiB|TiB") as excinfo:
         estimator.fit(X, y)
     # The message says how much memory the fit would take.

@@ -733,7 +733,7 @@ def test_refuses_kernel_matrices_that_do_not_fit_in_memory(monkeypatch):
     with pytest.raises(MemoryError, match="2 concurrent workers"):
         check_gp_fit_memory(kernel, X[:2500], n_problems=3, n_concurrent=2)
     y = (X[:, 0] > 0).astype(int)
-    model = TAPGaussianProcessClassifier()
+    model = TAPGaussianProcessClassifier(n_inducing=None)  # the exact mode
     with pytest.raises(MemoryError, match="4000 samples"):
         model.fit(X, y)
     assert not hasattr(model, "classes_")

@@ -193,7 +193,7 @@ class TAPGaussianProcessClassifier(
         Store a copy of the training inputs in ``X_train_``.  False stores a
         reference when the validated input is the caller's array, so that
         changing that array later changes the model's predictions.
-    n_inducing : int, "auto" or None, default=None
+    n_inducing : int, "auto" or None, default="auto"
         Sparse mode: the number ``m`` of inducing inputs of the FITC prior
         ``Q + diag(K - Q)``, ``Q = K_nm K_mm^-1 K_mn`` (EP on it is Naish-Guzman
         and Holden's FITC-EP, the batch form of Csato and Opper's sparse
@@ -389,7 +389,7 @@ class TAPGaussianProcessClassifier(
         multi_class="one_vs_rest",
         class_weight=None,
         copy_X_train=True,
-        n_inducing=None,
+        n_inducing="auto",
         inducing_points="kmeans",
         optimize_inducing_points=False,
         n_jobs=None,
