@@ -478,20 +478,37 @@ def _optimise(X, t, kernel, options, seed, n_jobs, reporter, weights):
     rng = np.random.RandomState(seed)
     theta0, bounds = _search_space(kernel, options)
     starts = [theta0]
+    check_restart_bounds(options, bounds)
+    for _ in range(options.n_restarts_optimizer):
+        starts.append(rng.uniform(bounds[:, 0], bounds[:, 1]))
+    return best_optimiser_run(
+        starts,
+        lambda start, task: (start, X, t, kernel, options, task, weights),
+        n_jobs,
+        reporter,
+    )
+
+
+def check_restart_bounds(options, bounds):
+    """Random restarts draw from the bounds: refuse infinite ones."""
     if options.n_restarts_optimizer > 0 and not np.all(np.isfinite(bounds)):
         raise ValueError(
             "Multiple optimizer restarts (n_restarts_optimizer>0) require "
             "that all kernel bounds are finite."
         )
-    for _ in range(options.n_restarts_optimizer):
-        starts.append(rng.uniform(bounds[:, 0], bounds[:, 1]))
+
+
+def best_optimiser_run(starts, run_arguments, n_jobs, reporter):
+    """Run the optimiser from every start in parallel, one callback subtask
+    each; the best run (largest log evidence) and whether any was stopped.
+
+    ``run_arguments(start, task)`` gives the arguments of one
+    :func:`_run_optimizer` call.
+    """
     run_tasks = reporter.task.subtasks(len(starts), "optimiser run", max_steps=None)
     runs = run_parallel(
         _run_optimizer,
-        [
-            (theta0, X, t, kernel, options, run_task, weights)
-            for theta0, run_task in zip(starts, run_tasks)
-        ],
+        [run_arguments(start, task) for start, task in zip(starts, run_tasks)],
         n_jobs=n_jobs,
     )
     index, best = select_best(runs, key=lambda run: -run.neg_log_evidence)

@@ -39,18 +39,19 @@ from sklearn.gaussian_process.kernels import Kernel
 from sklearn.utils.validation import _num_samples
 
 from .._memory import check_memory
-from .._parallel import blas_threads_for_matrix, run_parallel, select_best
+from .._parallel import blas_threads_for_matrix
 from .._progress import ProgressReporter
 from ._binary_gpc import (
     _at,
     _Evaluation,
     _final_solve,
-    _run_optimizer,
     _Search,
     _search_space,
     _solve,
     _warn_at_bounds,
     _warn_unreliable,
+    best_optimiser_run,
+    check_restart_bounds,
     contradicted_points,
 )
 from ._core import ep_label_noise_gradient
@@ -376,35 +377,21 @@ def _optimise(X, t, kernel, options, inducing, Z, rng, n_jobs, reporter, weights
     bounds (drawn here, before dispatch); all from the same inducing inputs."""
     start, bounds = _search_start(X, kernel, options, inducing, Z)
     head = kernel.n_dims + int(options.learns_label_noise)
-    if options.n_restarts_optimizer > 0 and not np.all(np.isfinite(bounds[:head])):
-        raise ValueError(
-            "Multiple optimizer restarts (n_restarts_optimizer>0) require "
-            "that all kernel bounds are finite."
-        )
+    check_restart_bounds(options, bounds[:head])
     starts = [start]
     for _ in range(options.n_restarts_optimizer):
         draw = start.copy()
         draw[:head] = rng.uniform(bounds[:head, 0], bounds[:head, 1])
         starts.append(draw)
-    run_tasks = reporter.task.subtasks(len(starts), "optimiser run", max_steps=None)
     fields = {"inducing": inducing, "Z": Z}
-    runs = run_parallel(
-        _run_optimizer,
-        [
-            (s, X, t, kernel, options, run_task, weights, bounds, _SparseSearch, fields)
-            for s, run_task in zip(starts, run_tasks)
-        ],
-        n_jobs=n_jobs,
+    return best_optimiser_run(
+        starts,
+        lambda s, task: (
+            (s, X, t, kernel, options, task, weights, bounds, _SparseSearch, fields)
+        ),
+        n_jobs,
+        reporter,
     )
-    index, best = select_best(runs, key=lambda run: -run.neg_log_evidence)
-    reporter(
-        1,
-        "best of %d optimiser run(s): log evidence %.4f (run %d)",
-        len(runs),
-        -best.neg_log_evidence,
-        index,
-    )
-    return best, any(run.stopped for run in runs)
 
 
 def fit_sparse_binary(
