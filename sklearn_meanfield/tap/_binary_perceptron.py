@@ -260,7 +260,7 @@ def _best_of_restarts(posterior, t, w, options, seed, n_jobs, reporter, solution
     n_restarts = options.n_restarts
     restarts = reporter.task.subtask("incremental restarts", max_steps=n_restarts)
     with restarts:
-        # Seeds drawn up front, as run_restarts does; one task per restart.
+        # Seeds drawn up front; one task per restart.
         candidates = run_parallel(
             _incremental_solve,
             [

@@ -359,7 +359,7 @@ class EnsembleLearningRegressor(
             tol=self.tol,
             max_precision=_MAX_PRECISION,
         )
-        # Seeds drawn up front (as run_restarts does), one callback subtask
+        # Seeds drawn up front, one callback subtask
         # per restart, run in the restart's worker.
         seeds = draw_seeds(rng, self.n_restarts)
         with fit_progress(
