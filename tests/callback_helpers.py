@@ -14,8 +14,9 @@ class TickDeadline:
     ----------
     deadline : int
         Ticks after which every ``on_fit_task_end`` asks to stop.
-    task_name : str
-        The tasks that advance the clock ("sweep", "iteration", ...).
+    task_name : str or None
+        The tasks that advance the clock ("sweep", "iteration", ...); None:
+        every task (evaluations, sweeps, restarts alike).
     """
 
     def __init__(self, deadline, task_name):
@@ -34,7 +35,7 @@ class TickDeadline:
         pass
 
     def on_fit_task_end(self, estimator, context):
-        if context.task_name == self.task_name:
+        if self.task_name is None or context.task_name == self.task_name:
             self.ticks += 1
             parent = context.parent.task_id if context.parent is not None else None
             self.ended.append((parent, context.task_id))

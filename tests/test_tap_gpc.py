@@ -4,6 +4,7 @@ import warnings
 
 import numpy as np
 import pytest
+from callback_helpers import TickDeadline
 from scipy.integrate import quad
 from scipy.optimize import minimize
 from scipy.special import expit
@@ -1270,34 +1271,6 @@ def test_invalid_weights_are_refused():
 # ------------------------------------------------- stopping by a callback
 
 
-class _Deadline:
-    """A scikit-learn callback that asks the fit to stop once ``clock()``
-    passes ``deadline``, at the end of every task from then on (a wall-clock
-    budget with ``clock=time.monotonic``).  The tests' clock counts the
-    finished tasks, so the stop falls at the same step in every run."""
-
-    def __init__(self, deadline, clock):
-        self.deadline = deadline
-        self.clock = clock
-
-    def setup(self, estimator, context):
-        pass
-
-    def teardown(self, estimator, context):
-        pass
-
-    def on_fit_task_begin(self, estimator, context):
-        pass
-
-    def on_fit_task_end(self, estimator, context):
-        return self.clock() > self.deadline
-
-
-def _tick_clock():
-    ticks = iter(range(1, 10**6))
-    return lambda: next(ticks)
-
-
 def test_stop_during_the_search_keeps_the_best_point_so_far():
     pytest.importorskip("sklearn.callback")
     X, y = make_moons(40, noise=0.3, random_state=0)
@@ -1320,7 +1293,7 @@ def test_stop_during_the_search_keeps_the_best_point_so_far():
     # The first five evaluations end before the deadline; the sixth asks to
     # stop.
     stopped = TAPGaussianProcessClassifier(n_jobs=1)
-    stopped.set_callbacks(_Deadline(5, _tick_clock()))
+    stopped.set_callbacks(TickDeadline(6, task_name=None))
     with pytest.warns(ConvergenceWarning, match="callback asked the fit to stop"):
         stopped.fit(X, y)
     best_theta, best_value = min(evaluations[:6], key=lambda e: e[1])
@@ -1340,7 +1313,7 @@ def test_stop_during_the_mean_field_solve_keeps_its_iterate():
     converged = TAPGaussianProcessClassifier(**params).fit(X, y)
     assert converged.n_iter_ > 4
     stopped = TAPGaussianProcessClassifier(**params)
-    stopped.set_callbacks(_Deadline(3, _tick_clock()))  # stops at sweep 4
+    stopped.set_callbacks(TickDeadline(4, task_name=None))  # stops at sweep 4
     with pytest.warns(ConvergenceWarning, match="callback asked the fit to stop"):
         stopped.fit(X, y)
     with warnings.catch_warnings():
@@ -1394,14 +1367,13 @@ def test_scikit_learn_sample_weight_equivalence_check_passes():
 
 def test_a_passed_deadline_stops_every_problem_in_its_worker():
     pytest.importorskip("sklearn.callback")
-    import time
 
     X, y = _three_classes(30, 0)
     kernel = C(1.0) * RBF(1.0)
     model = TAPGaussianProcessClassifier(kernel, n_jobs=2)
     # A wall-clock budget already spent: every problem, in its worker, stops
     # at its first evaluation and keeps it, and its solve at the first sweep.
-    model.set_callbacks(_Deadline(-np.inf, time.monotonic))
+    model.set_callbacks(TickDeadline(0, task_name=None))  # already passed
     with pytest.warns(ConvergenceWarning, match="callback asked the fit to stop"):
         model.fit(X, y)
     np.testing.assert_array_equal(model.kernel_.theta, np.tile(kernel.theta, 3))

@@ -12,6 +12,7 @@ import warnings
 
 import numpy as np
 import pytest
+from callback_helpers import TickDeadline
 from sklearn.gaussian_process.kernels import RBF
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.utils.estimator_checks import parametrize_with_checks
@@ -473,27 +474,6 @@ def test_verbose_prints_the_kernel_not_the_inducing_inputs(capsys):
     assert "at theta [1, 1] and [5 inducing inputs]" in lines[0]
 
 
-class _StopAfter:
-    """A scikit-learn callback asking the fit to stop from its ``n``-th
-    finished task on (tasks: evaluations, sweeps)."""
-
-    def __init__(self, n):
-        self.n, self.finished = n, 0
-
-    def setup(self, estimator, context):
-        pass
-
-    def teardown(self, estimator, context):
-        pass
-
-    def on_fit_task_begin(self, estimator, context):
-        pass
-
-    def on_fit_task_end(self, estimator, context):
-        self.finished += 1
-        return self.finished > self.n
-
-
 def test_stop_during_the_sparse_search_keeps_its_best_point_so_far():
     pytest.importorskip("sklearn.callback")
     from scipy.optimize import minimize
@@ -520,7 +500,8 @@ def test_stop_during_the_sparse_search_keeps_its_best_point_so_far():
         warnings.simplefilter("ignore", ConvergenceWarning)
         full.fit(X, y)
     assert len(evaluations) > 6
-    stopped = TAPGaussianProcessClassifier(**params).set_callbacks(_StopAfter(5))
+    stopped = TAPGaussianProcessClassifier(**params)
+    stopped.set_callbacks(TickDeadline(6, task_name=None))  # the 6th task ends it
     with pytest.warns(ConvergenceWarning, match="callback asked the fit to stop"):
         stopped.fit(X, y)
     best, value = min(evaluations[:6], key=lambda e: e[1])
