@@ -996,6 +996,19 @@ def _theta_gradient(kernel, A, B):
     return value, np.concatenate(columns, axis=-1)
 
 
+def _matern_radial_factor(nu, r):
+    """``-(dk/dr) / r`` of the unit-amplitude Matern kernel at scaled distance
+    ``r``: the factor both its length-scale and its input derivatives share."""
+    if nu == 0.5:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(r > 0, np.exp(-r) / r, 0.0)
+    if nu == 1.5:
+        return 3.0 * np.exp(-np.sqrt(3.0) * r)
+    if nu == 2.5:
+        return 5.0 / 3.0 * (1.0 + np.sqrt(5.0) * r) * np.exp(-np.sqrt(5.0) * r)
+    raise NotImplementedError(f"Matern nu={nu}: use 0.5, 1.5, 2.5, inf")
+
+
 def _stationary_theta_gradient(kernel, A, B, value):
     """Length-scale (and RationalQuadratic's alpha) derivatives, by name."""
     from sklearn.gaussian_process import kernels as k
@@ -1016,15 +1029,7 @@ def _stationary_theta_gradient(kernel, A, B, value):
         factor = base ** (-kernel.alpha - 1.0)
         grads = {"alpha": d_alpha[..., None]}
     elif isinstance(kernel, k.Matern) and kernel.nu != np.inf:
-        if kernel.nu == 0.5:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                factor = np.where(r > 0, np.exp(-r) / r, 0.0)
-        elif kernel.nu == 1.5:
-            factor = 3.0 * np.exp(-np.sqrt(3.0) * r)
-        elif kernel.nu == 2.5:
-            factor = 5.0 / 3.0 * (1.0 + np.sqrt(5.0) * r) * np.exp(-np.sqrt(5.0) * r)
-        else:
-            raise NotImplementedError(f"Matern nu={kernel.nu}")
+        factor = _matern_radial_factor(kernel.nu, r)
         grads = {}
     else:  # RBF, Matern(nu=inf)
         factor, grads = value, {}
@@ -1134,16 +1139,7 @@ def kernel_second_argument_gradient(kernel, A, B):
         return (base ** (-kernel.alpha - 1.0))[:, :, None] * diff
     if isinstance(kernel, k.Matern) and kernel.nu != np.inf:
         diff, r = _scaled_differences(kernel, A, B)
-        if kernel.nu == 0.5:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                factor = np.where(r > 0, np.exp(-r) / r, 0.0)
-        elif kernel.nu == 1.5:
-            factor = 3.0 * np.exp(-np.sqrt(3.0) * r)
-        elif kernel.nu == 2.5:
-            factor = 5.0 / 3.0 * (1.0 + np.sqrt(5.0) * r) * np.exp(-np.sqrt(5.0) * r)
-        else:
-            raise NotImplementedError(f"Matern nu={kernel.nu}: use 0.5, 1.5, 2.5, inf")
-        return factor[:, :, None] * diff
+        return _matern_radial_factor(kernel.nu, r)[:, :, None] * diff
     if isinstance(kernel, k.RBF):  # also Matern(nu=inf)
         diff, r = _scaled_differences(kernel, A, B)
         return np.exp(-0.5 * r**2)[:, :, None] * diff
