@@ -561,18 +561,27 @@ def fit_binary(X, t, kernel, options, seed, n_jobs, task=None, weights=None):
             reporter,
             weights,
         )
-        contradicted = contradicted_points(K, t, solution)
-        _warn_unreliable(solution, options, stopped, contradicted, len(t))
-        if solution.posterior is not None:
-            solution.posterior.release()
+        loo_valid = settle_final_solution(K, t, solution, options, stopped)
     return BinaryFit(
         kernel=kernel,
         likelihood=likelihood,
         solution=solution,
         log_evidence=log_evidence,
         stopped=stopped,
-        loo_valid=bool(solution.converged and not stopped and not contradicted),
+        loo_valid=loo_valid,
     )
+
+
+def settle_final_solution(K, t, solution, options, stopped):
+    """Check the final solution against its own cavities, warn when its
+    leave-one-out is unreliable, release its training-size factors; whether
+    its leave-one-out estimates are valid.  ``K`` is the prior covariance or
+    anything with its ``@`` (the sparse fit passes a matvec)."""
+    contradicted = contradicted_points(K, t, solution)
+    _warn_unreliable(solution, options, stopped, contradicted, len(t))
+    if solution.posterior is not None:
+        solution.posterior.release()
+    return bool(solution.converged and not stopped and not contradicted)
 
 
 def _final_solve(posterior, t, likelihood, options, sites, stopped, reporter, weights):

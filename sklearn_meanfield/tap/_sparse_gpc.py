@@ -49,10 +49,10 @@ from ._binary_gpc import (
     _search_space,
     _solve,
     _warn_at_bounds,
-    _warn_unreliable,
     best_optimiser_run,
     check_restart_bounds,
     contradicted_points,
+    settle_final_solution,
 )
 from ._core import ep_label_noise_gradient
 from ._hooks import print_sweeps
@@ -434,16 +434,15 @@ def fit_sparse_binary(
         solution, evidence, stopped = _final_solve(
             posterior, t, likelihood, options, sites, stopped, reporter, weights
         )
-        contradicted = contradicted_points(_Matvec(posterior), t, solution)
-        _warn_unreliable(solution, options, stopped, contradicted, len(t))
-        if solution.posterior is not None:
-            solution.posterior.release()
+        loo_valid = settle_final_solution(
+            _Matvec(posterior), t, solution, options, stopped
+        )
     return SparseBinaryFit(
         kernel=kernel,
         likelihood=likelihood,
         solution=solution,
         log_evidence=evidence,
         stopped=stopped,
-        loo_valid=bool(solution.converged and not stopped and not contradicted),
+        loo_valid=loo_valid,
         inducing_points=np.array(Z, dtype=float),
     )
