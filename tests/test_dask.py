@@ -13,6 +13,7 @@ Skipped only when the ``distributed`` extra is not installed.
 
 import numpy as np
 import pytest
+from dask_helpers import local_dask_client
 from joblib import parallel_config
 from sklearn.datasets import make_classification, make_friedman1
 from sklearn.gaussian_process.kernels import RBF
@@ -40,17 +41,7 @@ distributed = pytest.importorskip("distributed")
 
 @pytest.fixture(scope="module")
 def client():
-    with (
-        distributed.LocalCluster(
-            n_workers=1,
-            threads_per_worker=2,
-            processes=False,
-            protocol="tcp",
-            host="127.0.0.1",
-            dashboard_address=":0",
-        ) as cluster,
-        distributed.Client(cluster) as dask_client,
-    ):
+    with local_dask_client() as dask_client:
         yield dask_client
 
 

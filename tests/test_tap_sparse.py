@@ -12,6 +12,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from dask_helpers import local_dask_client
 from scipy.linalg import LinAlgError
 from scipy.stats import multivariate_normal
 
@@ -603,7 +604,7 @@ def test_solve_never_allocates_an_n_by_n_matrix(block_size):
 def test_block_functions_on_a_dask_cluster_equal_the_local_solve():
     # The distribution issue 17 asks for: each worker whitens and keeps its
     # own rows, only m x m (and m) summaries and the sites travel.
-    distributed = pytest.importorskip("distributed")
+    pytest.importorskip("distributed")
     from sklearn_meanfield.tap._sparse import (
         block_marginals,
         block_site_statistics,
@@ -618,17 +619,7 @@ def test_block_functions_on_a_dask_cluster_equal_the_local_solve():
     tau, nu = local.tau, local.nu
     chol_mm = _sparse(X, Z).chol_mm
     blocks = [slice(i, min(i + 64, 300)) for i in range(0, 300, 64)]
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=False,
-            protocol="tcp",
-            host="127.0.0.1",
-            dashboard_address=":0",
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
+    with local_dask_client(n_workers=2, threads_per_worker=1) as client:
         X_blocks = client.scatter([X[b] for b in blocks])
         whitened = [
             client.submit(

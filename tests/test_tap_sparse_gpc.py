@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pytest
 from callback_helpers import TickDeadline
+from dask_helpers import local_dask_client
 from sklearn.gaussian_process.kernels import RBF
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.utils.estimator_checks import parametrize_with_checks
@@ -518,7 +519,7 @@ def test_stop_during_the_sparse_search_keeps_its_best_point_so_far():
 def test_sparse_problems_and_restarts_on_a_dask_cluster_equal_the_local_fit():
     # The one-vs-rest problems (and a binary fit's restarts) are joblib tasks;
     # seeds (k-means's and the restarts') are drawn before dispatch.
-    distributed = pytest.importorskip("distributed")
+    pytest.importorskip("distributed")
     from joblib import parallel_config
 
     X, _ = _data(90, 17)
@@ -533,18 +534,7 @@ def test_sparse_problems_and_restarts_on_a_dask_cluster_equal_the_local_fit():
     )
     local = TAPGaussianProcessClassifier(**params, n_jobs=1).fit(X, y)
     binary = TAPGaussianProcessClassifier(**params, n_jobs=1).fit(X, y == 1)
-    with (
-        distributed.LocalCluster(
-            n_workers=1,
-            threads_per_worker=2,
-            processes=False,
-            protocol="tcp",
-            host="127.0.0.1",
-            dashboard_address=":0",
-        ) as cluster,
-        distributed.Client(cluster),
-        parallel_config(backend="dask"),
-    ):
+    with local_dask_client(), parallel_config(backend="dask"):
         remote = TAPGaussianProcessClassifier(**params).fit(X, y)
         remote_binary = TAPGaussianProcessClassifier(**params).fit(X, y == 1)
     for a, b in [(remote, local), (remote_binary, binary)]:
