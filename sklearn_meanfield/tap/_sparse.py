@@ -54,11 +54,16 @@ References
    propagation", JMLR 18(104), 1-72, 2017.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from scipy.linalg import LinAlgError, blas, cho_solve, cholesky, solve_triangular
 
 __all__ = [
     "FITCPosterior",
+    "LocalBlocks",
+    "DaskBlocks",
+    "RowBlock",
     "FITCSolution",
     "inducing_cholesky",
     "whiten_block",
@@ -71,6 +76,7 @@ __all__ = [
     "fitc_kernel_gradient",
     "fitc_inducing_gradient",
     "fitc_kernel_inducing_gradient",
+    "fitc_search_gradient",
     "kernel_second_argument_gradient",
 ]
 
@@ -506,17 +512,19 @@ class FITCPosterior:
         K_nn_diag = np.asarray(K_nn_diag, dtype=float)
         n, m = K_nm.shape
         chol_mm, jitter_used = inducing_cholesky(K_mm, jitter)
-        U = np.empty((n, m))
-        d = np.empty(n)
-        for block in _blocks(n, _block_size(block_size, m)):
-            U[block], d[block] = whiten_block(K_nm[block], K_nn_diag[block], chol_mm)
-        self._set(chol_mm, U, d, block_size, jitter_used)
+        executor = LocalBlocks(n, _block_size(block_size, m))
+        parts = [
+            RowBlock(*whiten_block(K_nm[block], K_nn_diag[block], chol_mm), None)
+            for block in executor.slices
+        ]
+        self._set(chol_mm, executor, parts, m, jitter_used)
 
     @classmethod
-    def from_kernel(cls, kernel, X, Z, jitter=1e-8, block_size=None):
+    def from_kernel(cls, kernel, X, Z, jitter=1e-8, block_size=None, executor=None):
         """The posterior for a scikit-learn ``kernel``, training inputs ``X``
         and inducing inputs ``Z``, ``K_nm`` computed and whitened block by
-        block (never held whole: only ``U`` is kept).
+        block where the blocks live (never held whole: only the blocks of
+        ``U`` are kept, with their rows of ``X`` for the gradient).
 
         Parameters
         ----------
@@ -524,7 +532,11 @@ class FITCPosterior:
         X : ndarray of shape (n, n_features)
         Z : ndarray of shape (m, n_features)
         jitter, block_size
-            As for :class:`FITCPosterior`.
+            As for :class:`FITCPosterior` (``block_size`` is ignored when
+            ``executor`` is given: its partition is used).
+        executor : LocalBlocks, DaskBlocks or None, default=None
+            Where the row blocks live and their tasks run (None: here, in
+            blocks of ``block_size`` rows).
 
         Returns
         -------
@@ -541,14 +553,16 @@ class FITCPosterior:
         True
         """
         chol_mm, jitter_used = inducing_cholesky(kernel(Z), jitter)
-        n, m = len(X), len(Z)
-        U = np.empty((n, m))
-        d = np.empty(n)
-        for block in _blocks(n, _block_size(block_size, m)):
-            U[block], d[block] = whiten_block(
-                kernel(X[block], Z), kernel.diag(X[block]), chol_mm
-            )
-        return cls.from_whitened(chol_mm, U, d, block_size, jitter_used)
+        if executor is None:
+            executor = LocalBlocks(len(X), _block_size(block_size, len(Z)))
+        parts = executor.submit(
+            _whiten_task,
+            [X[block] for block in executor.slices],
+            shared=(kernel, Z, chol_mm),
+        )
+        posterior = cls.__new__(cls)
+        posterior._set(chol_mm, executor, parts, len(Z), jitter_used)
+        return posterior
 
     @classmethod
     def from_whitened(cls, chol_mm, U, d, block_size=None, jitter_used=0.0):
@@ -567,25 +581,49 @@ class FITCPosterior:
         -------
         FITCPosterior
         """
+        executor = LocalBlocks(U.shape[0], _block_size(block_size, U.shape[1]))
+        parts = [RowBlock(U[block], d[block], None) for block in executor.slices]
         posterior = cls.__new__(cls)
-        posterior._set(chol_mm, U, d, block_size, jitter_used)
+        posterior._set(chol_mm, executor, parts, U.shape[1], jitter_used)
         return posterior
 
-    def _set(self, chol_mm, U, d, block_size, jitter_used):
-        self.chol_mm, self.U, self.d = chol_mm, U, d
-        self.block_size = _block_size(block_size, U.shape[1])
+    def _set(self, chol_mm, executor, parts, m, jitter_used):
+        self.chol_mm = chol_mm
+        self.executor, self.parts = executor, parts
+        self.block_size = executor.block_size
+        self._m = m
         self.jitter_used = jitter_used
-        self.prior_var = d + np.einsum("ij,ij->i", U, U)
+        self._prior_var = None
 
     @property
     def n(self):
         """Number of training points."""
-        return self.U.shape[0]
+        return self.executor.n
 
     @property
     def m(self):
         """Number of inducing points."""
-        return self.U.shape[1]
+        return self._m
+
+    @property
+    def U(self):
+        """The whitened cross-covariances ``K_nm L^-T`` (gathered from the
+        blocks into one ``n x m`` array: for tests and small problems)."""
+        return np.concatenate([part.U for part in self.executor.gather(self.parts)])
+
+    @property
+    def d(self):
+        """The FITC diagonal ``K_nn - diag(Q)`` (gathered from the blocks)."""
+        return np.concatenate(list(self.executor.map(_diagonal_task, self.parts)))
+
+    @property
+    def prior_var(self):
+        """Prior variances of the fields, ``d_i + |u_i|^2`` (computed once)."""
+        if self._prior_var is None:
+            self._prior_var = np.concatenate(
+                list(self.executor.map(_prior_var_task, self.parts))
+            )
+        return self._prior_var
 
     def blocks(self):
         """The row blocks.
@@ -594,10 +632,11 @@ class FITCPosterior:
         -------
         list of slice
         """
-        return _blocks(self.n, self.block_size)
+        return self.executor.slices
 
     def matvec(self, alpha):
-        """``(Q + D) @ alpha`` in ``O(n m)``.
+        """``(Q + D) @ alpha`` in ``O(n m)`` (two passes over the blocks;
+        ``m`` numbers travel between them).
 
         Parameters
         ----------
@@ -607,7 +646,15 @@ class FITCPosterior:
         -------
         ndarray of shape (n,)
         """
-        return self.U @ (self.U.T @ alpha) + self.d * alpha
+        alpha = np.asarray(alpha, dtype=float)
+        projected = np.zeros(self.m)
+        for part in self.executor.map(_project_task, self.parts, alpha):
+            projected += part
+        return np.concatenate(
+            list(
+                self.executor.map(_expand_task, self.parts, alpha, shared=(projected,))
+            )
+        )
 
     def subset(self, index):
         """The posterior of the training points ``index`` only (same Z).
@@ -625,7 +672,8 @@ class FITCPosterior:
         )
 
     def site_statistics(self, tau, nu):
-        """Sums of :func:`block_site_statistics` over the row blocks.
+        """Sums of :func:`block_site_statistics` over the row blocks (in
+        block order, wherever the blocks live).
 
         Parameters
         ----------
@@ -640,10 +688,7 @@ class FITCPosterior:
         precision = np.zeros((self.m, self.m))
         shift = np.zeros(self.m)
         logdet = 0.0
-        for block in self.blocks():
-            P, s, ld = block_site_statistics(
-                self.U[block], self.d[block], tau[block], nu[block]
-            )
+        for P, s, ld in self.executor.map(_statistics_task, self.parts, tau, nu):
             precision += P
             shift += s
             logdet += ld
@@ -662,12 +707,10 @@ class FITCPosterior:
         -------
         mean, var, shared : ndarray of shape (n,)
         """
-        mean, var, shared = np.empty(self.n), np.empty(self.n), np.empty(self.n)
-        for block in self.blocks():
-            mean[block], var[block], shared[block] = block_marginals(
-                self.U[block], self.d[block], tau[block], nu[block], chol_A, mean_w
-            )
-        return mean, var, shared
+        results = self.executor.map(
+            _marginals_task, self.parts, tau, nu, shared=(chol_A, mean_w)
+        )
+        return tuple(np.concatenate(column) for column in zip(*results))
 
     def solve(self, tau, nu):
         """Posterior marginals for sites ``(tau, nu)``.
@@ -687,6 +730,167 @@ class FITCPosterior:
             When ``K^-1 + S`` is not positive definite.
         """
         return FITCSolution(self, tau, nu)
+
+
+class RowBlock(NamedTuple):
+    """One row block of a :class:`FITCPosterior`: its whitened
+    cross-covariances, FITC diagonal and (None when built from matrices)
+    training inputs."""
+
+    U: np.ndarray
+    d: np.ndarray
+    X: object
+
+
+# The block tasks: module-level functions of one RowBlock (pickled to Dask
+# workers by reference), the block's slices of n-vectors and shared m x m
+# state.
+
+
+def _whiten_task(X_b, kernel, Z, chol_mm):
+    return RowBlock(*whiten_block(kernel(X_b, Z), kernel.diag(X_b), chol_mm), X_b)
+
+
+def _diagonal_task(block):
+    return block.d
+
+
+def _prior_var_task(block):
+    return block.d + np.einsum("ij,ij->i", block.U, block.U)
+
+
+def _project_task(block, alpha_b):
+    return block.U.T @ alpha_b
+
+
+def _expand_task(block, alpha_b, projected):
+    return block.U @ projected + block.d * alpha_b
+
+
+def _statistics_task(block, tau_b, nu_b):
+    return block_site_statistics(block.U, block.d, tau_b, nu_b)
+
+
+def _marginals_task(block, tau_b, nu_b, chol_A, mean_w):
+    return block_marginals(block.U, block.d, tau_b, nu_b, chol_A, mean_w)
+
+
+def _adjoints_task(block, tau_b, nu_b, mean_w, A_inv, chol_mm):
+    return block_adjoints(block.U, block.d, tau_b, nu_b, mean_w, A_inv, chol_mm)
+
+
+def _gradient_task(block, tau_b, nu_b, mean_w, A_inv, chol_mm, kernel, Z, inducing):
+    """The block's share of the evidence gradient in ``kernel.theta`` (and
+    in ``Z`` when ``inducing``) and of the ``K_mm`` adjoint's statistic: its
+    ``b x m`` adjoint never leaves the block."""
+    G_nm, g_nn, statistic = block_adjoints(
+        block.U, block.d, tau_b, nu_b, mean_w, A_inv, chol_mm
+    )
+    theta = _rows_kernel_gradient(G_nm, g_nn, kernel, block.X, Z)
+    Z_part = _rows_inducing_gradient(G_nm, kernel, block.X, Z) if inducing else None
+    return theta, Z_part, statistic
+
+
+class LocalBlocks:
+    """Where the row blocks of a :class:`FITCPosterior` live and their tasks
+    run: here, one block after the other.
+
+    The blocks partition the ``n`` rows into consecutive slices of
+    ``block_size`` rows.  A block task is ``func(block, *slices, *shared)``:
+    the block's stored object, its slices of ``n``-vectors and shared
+    (``m x m`` or smaller) arguments.  :class:`DaskBlocks` runs the same
+    tasks on a Dask cluster with the same partition, so both give the same
+    numbers (sums are taken here, in block order).
+
+    Parameters
+    ----------
+    n : int
+        Rows.
+    block_size : int
+        Rows a block.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> blocks = LocalBlocks(5, 2)
+    >>> results = blocks.map(lambda part, x: part * x.sum(), [1, 2, 3], np.arange(5.0))
+    >>> [float(value) for value in results]
+    [1.0, 10.0, 12.0]
+    """
+
+    def __init__(self, n, block_size):
+        self.n = int(n)
+        self.block_size = max(1, int(block_size))
+        self.slices = _blocks(self.n, self.block_size)
+
+    def submit(self, func, parts, *per_block, shared=()):
+        """Run ``func`` on every block; the results stay where the blocks
+        are (here: the results themselves)."""
+        return [
+            func(part, *(vector[block] for vector in per_block), *shared)
+            for part, block in zip(parts, self.slices)
+        ]
+
+    def gather(self, results):
+        """The results of :meth:`submit`, here."""
+        return list(results)
+
+    def map(self, func, parts, *per_block, shared=()):
+        """The block results in block order, each computed here as it is
+        consumed (an iterator: one block's temporaries at a time)."""
+        return (
+            func(part, *(vector[block] for vector in per_block), *shared)
+            for part, block in zip(parts, self.slices)
+        )
+
+
+class DaskBlocks(LocalBlocks):
+    """Row blocks on the workers of a Dask cluster.
+
+    The blocks' objects are futures (the ``b x m`` whitened
+    cross-covariances stay on the worker that computed them); a task's block
+    slices of ``n``-vectors travel with it, shared arrays are scattered once
+    a call, and only the tasks' results come back: ``m x m`` statistics,
+    ``m``-vectors and the block's slices of ``n``-vectors.  A block lost with
+    its worker is recomputed by the scheduler (its inputs travel with the
+    whitening task).
+
+    Parameters
+    ----------
+    client : distributed.Client
+    n, block_size : int
+        As for :class:`LocalBlocks`.
+    """
+
+    def __init__(self, client, n, block_size):
+        super().__init__(n, block_size)
+        self.client = client
+
+    def submit(self, func, parts, *per_block, shared=()):
+        shared = tuple(
+            self.client.scatter(value, broadcast=True, hash=False)
+            if isinstance(value, np.ndarray) and value.size > 1024
+            else value
+            for value in shared
+        )
+        return [
+            self.client.submit(
+                func,
+                part,
+                *(np.ascontiguousarray(vector[block]) for vector in per_block),
+                *shared,
+                pure=False,
+            )
+            for part, block in zip(parts, self.slices)
+        ]
+
+    def gather(self, results):
+        return self.client.gather(list(results))
+
+    def map(self, func, parts, *per_block, shared=()):
+        """The list of block results, in block order (computed on the
+        workers at once)."""
+        return self.gather(self.submit(func, parts, *per_block, shared=shared))
 
 
 def _block_size(block_size, m):
@@ -806,36 +1010,124 @@ def fitc_evidence_adjoints(solution):
     >>> bool(np.isclose(derivative, exact))
     True
     """
+    fitc, posterior = _fitc_parts(solution)
+    mean_w, A_inv, inner = _adjoint_start(fitc)
+    results = posterior.executor.map(
+        _adjoints_task,
+        posterior.parts,
+        fitc.tau,
+        fitc.nu,
+        shared=(mean_w, A_inv, posterior.chol_mm),
+    )
+    G_nm, g_nn = np.empty((posterior.n, posterior.m)), np.empty(posterior.n)
+    for block, (G_nm_b, g_nn_b, statistic) in zip(posterior.blocks(), results):
+        G_nm[block], g_nn[block] = G_nm_b, g_nn_b
+        inner -= statistic
+        del G_nm_b, g_nn_b  # before the next block's are computed
+    return _inducing_adjoint(inner, posterior.chol_mm), G_nm, g_nn
+
+
+def _fitc_parts(solution):
+    """The :class:`FITCSolution` of a solution and its (unreleased) posterior."""
     fitc = getattr(solution, "posterior", solution)
     if not isinstance(fitc, FITCSolution):
         fitc = solution
-    posterior = fitc.posterior
-    if posterior is None:
+    if fitc.posterior is None:
         raise ValueError("the solution was released; compute the adjoints before")
-    n, m = posterior.n, posterior.m
-    chol_A, mean_w, chol_mm = fitc.chol_A, fitc.mean_w, posterior.chol_mm
+    return fitc, fitc.posterior
+
+
+def _adjoint_start(fitc):
+    """``m_w``, ``A^-1`` and the ``K_mm`` adjoint's inner matrix before the
+    blocks' statistics are subtracted: ``m_w m_w^T + A + A^-1 - 2 I``."""
+    m = len(fitc.mean_w)
+    chol_A, mean_w = fitc.chol_A, fitc.mean_w
     A = chol_A @ chol_A.T
     A_inv = cho_solve((chol_A, True), np.eye(m), check_finite=False)
-    G_nm, g_nn = np.empty((n, m)), np.empty(n)
     inner = np.outer(mean_w, mean_w) + A + A_inv
     inner[np.diag_indices(m)] -= 2.0
-    for block in posterior.blocks():
-        G_nm[block], g_nn[block], statistic = block_adjoints(
-            posterior.U[block],
-            posterior.d[block],
-            fitc.tau[block],
-            fitc.nu[block],
-            mean_w,
-            A_inv,
-            chol_mm,
-        )
-        inner -= statistic
-    # -1/2 L^-T inner L^-1, symmetrised against rounding.
+    return mean_w, A_inv, inner
+
+
+def _inducing_adjoint(inner, chol_mm):
+    """``G_mm = -1/2 L^-T inner L^-1``, symmetrised against rounding."""
     half = solve_triangular(chol_mm, inner, lower=True, trans="T", check_finite=False)
     G_mm = -0.5 * solve_triangular(
         chol_mm, half.T, lower=True, trans="T", check_finite=False
     )
-    return 0.5 * (G_mm + G_mm.T), G_nm, g_nn
+    return 0.5 * (G_mm + G_mm.T)
+
+
+def fitc_search_gradient(solution, kernel, Z, inducing=False):
+    """The evidence gradient in ``kernel.theta`` (and ``Z``) where the blocks live.
+
+    :func:`fitc_kernel_gradient` and :func:`fitc_kernel_inducing_gradient`
+    of :func:`fitc_evidence_adjoints`, with each block's ``b x m`` adjoint
+    contracted with its kernel derivatives inside the block task: only the
+    blocks' ``m x m`` statistics and ``n_params`` (``m x d``) partial
+    gradients leave them, so the ``n x m`` adjoint is never formed.
+
+    Parameters
+    ----------
+    solution : TAPSolution or FITCSolution
+        A converged EP solution on a :class:`FITCPosterior` built by
+        :meth:`FITCPosterior.from_kernel` (its blocks hold their inputs).
+    kernel : scikit-learn kernel
+        The posterior's kernel.
+    Z : ndarray of shape (m, n_features)
+        Its inducing inputs.
+    inducing : bool, default=False
+        Also the gradient in ``Z``.
+
+    Returns
+    -------
+    theta_gradient : ndarray of shape (n_params,)
+    Z_gradient : ndarray of shape (m, n_features) or None
+
+    Examples
+    --------
+    Equal to the gradient of the whole adjoints:
+
+    >>> import numpy as np
+    >>> from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+    >>> from sklearn_meanfield.tap._core import expectation_propagation
+    >>> from sklearn_meanfield.tap._likelihoods import make_likelihood
+    >>> X = np.linspace(-2, 2, 9)[:, None]
+    >>> Z = np.array([[-1.0], [0.0], [1.2]])
+    >>> kernel = ConstantKernel(1.5) * RBF(0.7)
+    >>> t = np.where(np.sin(2 * X[:, 0]) > 0, 1.0, -1.0)
+    >>> solution = expectation_propagation(
+    ...     FITCPosterior.from_kernel(kernel, X, Z, block_size=4), t,
+    ...     make_likelihood("probit", 0.0), tol=1e-12)
+    >>> theta, dZ = fitc_search_gradient(solution, kernel, Z, inducing=True)
+    >>> adjoints = fitc_evidence_adjoints(solution)
+    >>> bool(np.allclose(theta, fitc_kernel_gradient(adjoints, kernel, X, Z))
+    ...      and np.allclose(dZ, fitc_kernel_inducing_gradient(
+    ...          adjoints, kernel, X, Z)))
+    True
+    """
+    fitc, posterior = _fitc_parts(solution)
+    mean_w, A_inv, inner = _adjoint_start(fitc)
+    results = posterior.executor.map(
+        _gradient_task,
+        posterior.parts,
+        fitc.tau,
+        fitc.nu,
+        shared=(mean_w, A_inv, posterior.chol_mm, kernel, Z, bool(inducing)),
+    )
+    theta = np.zeros(kernel.n_dims)
+    Z_gradient = np.zeros(np.shape(Z)) if inducing else None
+    for block_theta, block_Z, statistic in results:
+        inner -= statistic
+        theta += block_theta
+        if inducing:
+            Z_gradient += block_Z
+    G_mm = _inducing_adjoint(inner, posterior.chol_mm)
+    _, dK_mm = kernel(Z, eval_gradient=True)
+    theta += np.einsum("ij,ijk->k", G_mm, dK_mm)
+    if inducing:
+        Z_gradient += _inducing_mm_gradient(G_mm, kernel, Z)
+    return theta, Z_gradient
 
 
 def fitc_evidence_gradient(solution, K_mm_gradient, K_nm_gradient, K_nn_diag_gradient):
@@ -940,9 +1232,17 @@ def fitc_kernel_gradient(adjoints, kernel, X, Z, block_size=None):
     True
     """
     G_mm, G_nm, g_nn = adjoints
-    m = len(Z)
     _, dK_mm = kernel(Z, eval_gradient=True)  # K_mm as the posterior has it
     gradient = np.einsum("ij,ijk->k", G_mm, dK_mm)
+    return gradient + _rows_kernel_gradient(G_nm, g_nn, kernel, X, Z, block_size)
+
+
+def _rows_kernel_gradient(G_nm, g_nn, kernel, X, Z, block_size=None):
+    """The rows' share of :func:`fitc_kernel_gradient`: ``G_nm`` and ``g_nn``
+    contracted with the derivatives of ``K_nm`` and the prior variances, in
+    sub-blocks of ``block_size`` rows (None: about 8 MiB of derivatives)."""
+    m = len(Z)
+    gradient = np.zeros(kernel.n_dims)
     try:
         _theta_gradient(kernel, Z[:1], Z[:1])
     except NotImplementedError:  # the stacked inputs [X_b; Z], 4 b m a block
@@ -1188,10 +1488,22 @@ def fitc_kernel_inducing_gradient(adjoints, kernel, X, Z, block_size=None):
     True
     """
     G_mm, G_nm, _ = adjoints
+    gradient = _inducing_mm_gradient(G_mm, kernel, Z)
+    return gradient + _rows_inducing_gradient(G_nm, kernel, X, Z, block_size)
+
+
+def _inducing_mm_gradient(G_mm, kernel, Z):
+    """``K_mm``'s share of the gradient in ``Z``."""
     # d k(z_j, z_l) / d z_j = d k(z_l, z_j) / d z_j (k symmetric): entry
     # [l, j] of the second-argument derivative.
     K_mm_dZ = kernel_second_argument_gradient(kernel, Z, Z).transpose(1, 0, 2)
-    gradient = 2.0 * np.einsum("jl,jlk->jk", G_mm, K_mm_dZ)
+    return 2.0 * np.einsum("jl,jlk->jk", G_mm, K_mm_dZ)
+
+
+def _rows_inducing_gradient(G_nm, kernel, X, Z, block_size=None):
+    """The rows' share (``K_nm``'s) of the gradient in ``Z``, in sub-blocks
+    of ``block_size`` rows (None: ``m``)."""
+    gradient = np.zeros(np.shape(Z))
     for block in _blocks(len(X), block_size or len(Z)):
         K_dZ = kernel_second_argument_gradient(kernel, X[block], Z)
         gradient += np.einsum("ij,ijk->jk", G_nm[block], K_dZ)

@@ -30,10 +30,12 @@ References
    pseudo-inputs", NIPS 18, 2006.
 """
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+from joblib import parallel_config
 from sklearn.cluster import KMeans, MiniBatchKMeans
 from sklearn.gaussian_process.kernels import Kernel
 from sklearn.utils.validation import _num_samples
@@ -57,16 +59,19 @@ from ._binary_gpc import (
 from ._core import ep_label_noise_gradient
 from ._hooks import print_sweeps
 from ._sparse import (
+    DaskBlocks,
     FITCPosterior,
-    fitc_evidence_adjoints,
-    fitc_kernel_gradient,
-    fitc_kernel_inducing_gradient,
+    LocalBlocks,
+    fitc_search_gradient,
 )
+from ._sparse import _block_size as _default_block_size
 
 __all__ = [
     "KMEANS_EXACT_MAX_SAMPLES",
     "InducingOptions",
     "check_sparse_fit_memory",
+    "dask_client",
+    "row_blocks",
     "SparseBinaryFit",
     "fit_sparse_binary",
     "initial_inducing_points",
@@ -195,6 +200,46 @@ def check_sparse_fit_memory(n, m, n_features, n_params, n_concurrent=1):
     )
 
 
+def dask_client():
+    """The Dask client of joblib's active ``"dask"`` backend, or None (any
+    other backend, or inside a Dask task)."""
+    from joblib import Parallel
+
+    from .._parallel import _dask_client
+
+    return _dask_client(Parallel())
+
+
+def row_blocks(n, m, client=None, block_size=None):
+    """Where a sparse fit's row blocks live: on the workers of ``client``
+    (:class:`~sklearn_meanfield.tap._sparse.DaskBlocks`), else here
+    (:class:`~sklearn_meanfield.tap._sparse.LocalBlocks`); the same
+    partition of about 8 MiB of ``U`` a block either way, so both fits give
+    the same numbers.
+
+    Parameters
+    ----------
+    n, m : int
+        Training rows and inducing inputs.
+    client : distributed.Client or None, default=None
+    block_size : int or None, default=None
+        Rows a block (None: the default partition).
+
+    Returns
+    -------
+    LocalBlocks or DaskBlocks
+
+    Examples
+    --------
+    >>> row_blocks(10_000, 256).slices[:2]
+    [slice(0, 4096, None), slice(4096, 8192, None)]
+    """
+    size = _default_block_size(block_size, m)
+    if client is None:
+        return LocalBlocks(n, size)
+    return DaskBlocks(client, n, size)
+
+
 class SparseBinaryFit(NamedTuple):
     """A fitted sparse binary problem; the interface of
     :class:`~sklearn_meanfield.tap._binary_gpc.BinaryFit`, plus the inducing
@@ -263,10 +308,16 @@ def _evaluate(
     tol=None,
     weights=None,
     printer=None,
+    blocks=None,
 ):
-    """The :class:`~sklearn_meanfield.tap._binary_gpc._Evaluation` at ``params``."""
+    """The :class:`~sklearn_meanfield.tap._binary_gpc._Evaluation` at
+    ``params``, on the row ``blocks`` (None: here)."""
     kernel, options, Z = _split(params, kernel, options, inducing, Z)
-    posterior = FITCPosterior.from_kernel(kernel, X, Z, jitter=inducing.jitter)
+    if blocks is None:
+        blocks = row_blocks(len(X), len(Z))
+    posterior = FITCPosterior.from_kernel(
+        kernel, X, Z, jitter=inducing.jitter, executor=blocks
+    )
     likelihood = options.make_likelihood()
     sweeps = None if printer is None else print_sweeps(printer)
     solution = _solve(
@@ -275,13 +326,16 @@ def _evaluate(
     contradicted = contradicted_points(_Matvec(posterior), t, solution)
     if not eval_gradient:
         return _Evaluation(solution, solution.log_evidence, None, contradicted)
-    adjoints = fitc_evidence_adjoints(solution)
-    gradient = [fitc_kernel_gradient(adjoints, kernel, X, Z)]
+    # Each block contracts its own adjoint: only m x m statistics travel.
+    theta_gradient, Z_gradient = fitc_search_gradient(
+        solution, kernel, Z, inducing=inducing.learn
+    )
+    gradient = [theta_gradient]
     if options.learns_label_noise:
         d_kappa = ep_label_noise_gradient(solution, t, likelihood)
         gradient.append([options.label_noise * d_kappa])
     if inducing.learn:
-        gradient.append(fitc_kernel_inducing_gradient(adjoints, kernel, X, Z).ravel())
+        gradient.append(Z_gradient.ravel())
     gradient = np.concatenate(gradient)
     return _Evaluation(solution, solution.log_evidence, gradient, contradicted)
 
@@ -344,6 +398,7 @@ class _SparseSearch(_Search):
 
     inducing: InducingOptions = None
     Z: np.ndarray = None
+    blocks: object = None
 
     def describe(self, params):
         """``exp`` of the kernel's (and label noise's) entries; the inducing
@@ -368,13 +423,18 @@ class _SparseSearch(_Search):
             tol=max(self.options.tol, self.tol),
             weights=self.weights,
             printer=self.printer,
+            blocks=self.blocks,
         )
 
 
-def _optimise(X, t, kernel, options, inducing, Z, rng, n_jobs, reporter, weights):
+def _optimise(
+    X, t, kernel, options, inducing, Z, rng, n_jobs, reporter, weights, blocks
+):
     """The best of the optimiser runs: the first from the kernel's own
     hyperparameters, the others from random hyperparameters within the
-    bounds (drawn here, before dispatch); all from the same inducing inputs."""
+    bounds (drawn here, before dispatch); all from the same inducing inputs.
+    With row blocks on a Dask cluster the runs take turns here (each
+    evaluation is spread over the cluster's blocks)."""
     start, bounds = _search_start(X, kernel, options, inducing, Z)
     head = kernel.n_dims + int(options.learns_label_noise)
     check_restart_bounds(options, bounds[:head])
@@ -383,27 +443,34 @@ def _optimise(X, t, kernel, options, inducing, Z, rng, n_jobs, reporter, weights
         draw = start.copy()
         draw[:head] = rng.uniform(bounds[:head, 0], bounds[:head, 1])
         starts.append(draw)
-    fields = {"inducing": inducing, "Z": Z}
-    return best_optimiser_run(
-        starts,
-        lambda s, task: (
-            (s, X, t, kernel, options, task, weights, bounds, _SparseSearch, fields)
-        ),
-        n_jobs,
-        reporter,
-    )
+    fields = {"inducing": inducing, "Z": Z, "blocks": blocks}
+    distributed = isinstance(blocks, DaskBlocks)
+    with parallel_config(backend="sequential") if distributed else nullcontext():
+        return best_optimiser_run(
+            starts,
+            lambda s, task: (
+                (s, X, t, kernel, options, task, weights, bounds, _SparseSearch, fields)
+            ),
+            1 if distributed else n_jobs,
+            reporter,
+        )
 
 
 def fit_sparse_binary(
-    X, t, kernel, options, seed, n_jobs, task=None, weights=None, *, inducing
-):
+    X, t, kernel, options, seed, n_jobs, task=None, weights=None, *, inducing,
+    client=None,
+):  # fmt: skip
     """Fit one binary problem on the FITC prior of inducing inputs.
 
     The arguments and the result's interface are those of
     :func:`~sklearn_meanfield.tap._binary_gpc.fit_binary`, plus
-    ``inducing`` (an :class:`InducingOptions`).  The k-means seed and the
-    restarts' starting hyperparameters are drawn from ``seed`` before any
-    work is dispatched, so the result does not depend on ``n_jobs``.
+    ``inducing`` (an :class:`InducingOptions`) and ``client``: a Dask client
+    on whose workers the row blocks live (every EP sweep maps over them and
+    only ``m x m`` statistics and the blocks' site vectors travel; the
+    restarts then run one after the other here), or None (here).  The
+    k-means seed and the restarts' starting hyperparameters are drawn from
+    ``seed`` before any work is dispatched, so the result does not depend
+    on ``n_jobs``, nor on where the blocks live beyond rounding.
 
     Returns
     -------
@@ -415,21 +482,25 @@ def fit_sparse_binary(
     reporter = ProgressReporter(options.verbose, options.prefix, task=task)
     with reporter.task, blas_threads_for_matrix(min(len(X), 4 * inducing.n_inducing)):
         Z = initial_inducing_points(X, inducing, kmeans_seed, weights)
+        blocks = row_blocks(len(X), len(Z), client)
         stopped = False
         sites = None
         if options.optimizer is not None and (
             kernel.n_dims > 0 or options.learns_label_noise or inducing.learn
         ):
             best, stopped = _optimise(
-                X, t, kernel, options, inducing, Z, rng, n_jobs, reporter, weights
-            )
+                X, t, kernel, options, inducing, Z, rng, n_jobs, reporter, weights,
+                blocks,
+            )  # fmt: skip
             kernel, options, Z = _split(best.theta, kernel, options, inducing, Z)
             sites = best.sites
             if not stopped:
                 _warn_at_bounds(kernel, options)
         else:
             kernel = kernel.clone_with_theta(kernel.theta)
-        posterior = FITCPosterior.from_kernel(kernel, X, Z, jitter=inducing.jitter)
+        posterior = FITCPosterior.from_kernel(
+            kernel, X, Z, jitter=inducing.jitter, executor=blocks
+        )
         likelihood = options.make_likelihood()
         solution, evidence, stopped = _final_solve(
             posterior, t, likelihood, options, sites, stopped, reporter, weights

@@ -45,7 +45,12 @@ from ._multiclass import (
     pairwise_coupling,
     positive_to_proba,
 )
-from ._sparse_gpc import InducingOptions, check_sparse_fit_memory, fit_sparse_binary
+from ._sparse_gpc import (
+    InducingOptions,
+    check_sparse_fit_memory,
+    dask_client,
+    fit_sparse_binary,
+)
 from ._sparse_gpc import log_evidence as sparse_log_evidence
 
 # LABEL_NOISE_BOUNDS and contradicted_points are documented under this
@@ -232,7 +237,14 @@ class TAPGaussianProcessClassifier(
         Needs an ``optimizer``.
     n_jobs : int, default=None
         Workers for the multi-class problems (or, for two classes, restarts).
-        None defers to :func:`joblib.parallel_config`.
+        None defers to :func:`joblib.parallel_config`.  In the sparse mode
+        under ``joblib.parallel_config(backend="dask")`` the fit scales out
+        instead: the rows are split into blocks that live on the Dask
+        workers (the ``n x m`` cross-covariances never leave them), every
+        EP sweep and evidence gradient maps over the blocks and only
+        ``m x m`` statistics and the blocks' site vectors travel, while the
+        problems and restarts take turns in this process; the model equals
+        the local fit's to rounding.
     random_state : int, RandomState instance or None, default=None
         Draws the restarts' starting points.  The same value gives the same
         model for any ``n_jobs`` and backend.
@@ -545,10 +557,14 @@ class TAPGaussianProcessClassifier(
         inducing = self._inducing_options(X)
         self.X_train_ = np.copy(X) if self.copy_X_train else X
         problems = self._problem_specs(y_index, sample_weight)
-        self._check_memory(X, kernel, len(problems), inducing)
+        # Sparse mode under joblib's Dask backend: the row blocks live on the
+        # workers, the problems take turns here.
+        client = None if inducing is None else dask_client()
+        if client is None:
+            self._check_memory(X, kernel, len(problems), inducing)
         fit_problem = fit_binary
         if inducing is not None:
-            fit_problem = partial(fit_sparse_binary, inducing=inducing)
+            fit_problem = partial(fit_sparse_binary, inducing=inducing, client=client)
         seeds = draw_seeds(rng, len(problems))
         with fit_progress(
             self, self.verbose, max_steps=len(problems), X=X, y=y
@@ -570,8 +586,8 @@ class TAPGaussianProcessClassifier(
                     problems, seeds, tasks, self._problem_names()
                 )
             ]
-            if single:
-                fits = [fit_problem(*calls[0])]
+            if single or client is not None:
+                fits = [fit_problem(*call) for call in calls]
             else:
                 fits = run_parallel(fit_problem, calls, n_jobs=self.n_jobs)
         self._problems, self._fits = problems, fits
