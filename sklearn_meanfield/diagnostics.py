@@ -49,7 +49,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_array
+from sklearn.utils import check_array, check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ._loo import PSISLOOResult, psis_smooth
@@ -64,6 +64,7 @@ from .bethe._exact import (
 )
 from .bethe._message_passing import METHODS as _BETHE_FORMS
 from .bethe._message_passing import bethe_solve, stability
+from .bethe._multistate import model_seeds, multistate_log_partition
 from .bethe._sampling import gibbs_moments
 from .hmc._diagnostics import effective_sample_size as _effective_sample_size
 from .hmc._diagnostics import split_rhat as _split_rhat
@@ -641,26 +642,67 @@ def rbm_bethe_solve(
     )
 
 
-_LOG_PARTITION_METHODS = ("exact", "bethe", "ais")
+_LOG_PARTITION_METHODS = ("exact", "bethe", "bethe-multi", "ais")
+
+# Starts of method="bethe-multi" drawn from the model: short block-Gibbs chains
+# from uniform random states, long enough to fall into a mode, too short to
+# mix between modes (20 sweeps found the same fixed points as seeds taken from
+# the training digits on the benchmark's models).
+_SEED_SWEEPS = 20
 
 
-def _log_partition(params, method, bethe_form, ais):
-    """``log Z`` by ``method``; ``ais`` holds the public AIS keywords."""
+def _log_partition(params, method, options):
+    """``(log Z, standard error)`` by ``method``; ``options`` holds the public
+    keywords of the methods (AIS, Bethe)."""
     if method == "exact":
         _check_enumerable(params[0])
-        return exact_log_partition(*params)
+        return exact_log_partition(*params), 0.0
     if method == "bethe":
-        return rbm_bethe_solve(params, bethe_form=bethe_form).log_z
+        return rbm_bethe_solve(params, bethe_form=options["bethe_form"]).log_z, np.nan
+    if method == "bethe-multi":
+        return _multistate(params, options), np.nan
     if method == "ais":
-        ais = dict(ais)
-        base_rates = ais.pop("base_rates")
         base = None
-        if base_rates is not None:
+        if options["base_rates"] is not None:
             base = base_rate_visible_bias(
-                _check_visible(base_rates, params[0].shape[1])
+                _check_visible(options["base_rates"], params[0].shape[1])
             )
-        return ais_log_partition(*params, base_visible_bias=base, **ais).log_z
+        result = ais_log_partition(
+            *params,
+            base_visible_bias=base,
+            **{key: options[key] for key in _AIS_KEYWORDS},
+        )
+        return result.log_z, result.std_error
     raise ValueError(f"method must be one of {_LOG_PARTITION_METHODS}, got {method!r}.")
+
+
+_AIS_KEYWORDS = ("n_chains", "n_temperatures", "random_state", "n_jobs")
+
+
+def _multistate(params, options):
+    """``log Z`` of ``method="bethe-multi"``: starts at ``seeds`` (or at model
+    samples), loop-corrected fixed points summed."""
+    _check_positive_int(options["n_starts"], "n_starts")
+    n_starts = int(options["n_starts"])
+    rng = check_random_state(options["random_state"])
+    seeds = options["seeds"]
+    if seeds is None:
+        seeds = model_seeds(*params, n_starts, _SEED_SWEEPS, rng)
+    else:
+        seeds = _check_visible(seeds, params[0].shape[1])
+        if sp.issparse(seeds):
+            seeds = seeds.toarray()
+        if seeds.shape[0] > n_starts:
+            seeds = seeds[rng.choice(seeds.shape[0], n_starts, replace=False)]
+    try:
+        return multistate_log_partition(*params, seeds).log_z
+    except RuntimeError:
+        warnings.warn(
+            "No Bethe message-passing start converged; method='bethe-multi' "
+            "falls back to the single Bethe estimate of method='bethe'.",
+            ConvergenceWarning,
+        )
+        return rbm_bethe_solve(params).log_z
 
 
 def rbm_log_partition(
@@ -673,6 +715,9 @@ def rbm_log_partition(
     n_temperatures=10000,
     random_state=None,
     n_jobs=None,
+    seeds=None,
+    n_starts=30,
+    return_std=False,
 ):
     """Log partition function ``log Z`` of a binary RBM.
 
@@ -687,18 +732,29 @@ def rbm_log_partition(
         ``components_``, ``intercept_visible_`` and ``intercept_hidden_``), or
         ``(components, intercept_visible, intercept_hidden)`` of shapes
         ``(n_hidden, n_visible)``, ``(n_visible,)``, ``(n_hidden,)``.
-    method : {"exact", "bethe", "ais"}, default="exact"
+    method : {"exact", "bethe", "bethe-multi", "ais"}, default="exact"
         ``"exact"``: enumeration of the ``2**n`` states of the smaller layer,
         the other summed in closed form; refused (ValueError) when the smaller
         layer has more than :data:`MAX_ENUMERATED_UNITS` units, and slow from
         about 20.  ``"bethe"``: the Bethe estimate of :func:`rbm_bethe_solve`
         with its default settings (deterministic, fast, exact on trees and
-        without couplings; check its ``stability``).  ``"ais"``: annealed
-        importance sampling (Salakhutdinov and Murray 2008), a stochastic
-        estimate for any size whose exponential is unbiased for ``Z`` (so
-        ``log Z`` is biased low, by about half its variance).
+        without couplings; check its ``stability``).  ``"bethe-multi"``: the
+        Bethe estimates of the distinct fixed points that message passing
+        reaches from ``n_starts`` starts (at ``seeds``), each with its loop
+        correction ``-1/2 log det(I - B)`` (``B`` the non-backtracking matrix
+        weighted by the edge correlations, Watanabe and Fukumizu 2009),
+        summed: ``log Z ~ logsumexp_k (log Z_Bethe^(k) + Delta_k)``.  A
+        trained RBM is multimodal, one fixed point describes one part of it,
+        and each misses the contribution of the short loops of the dense
+        graph; on binarised-digits models (16 to 256 hidden units) this
+        brought the error from 0.7 to 5 nats to 0.26 nat or less (user
+        guide).  ``"ais"``: annealed importance sampling (Salakhutdinov and
+        Murray 2008), a stochastic estimate for any size whose exponential
+        is unbiased for ``Z`` (so ``log Z`` is biased low, by about half its
+        variance).
     bethe_form : {"bipartite", "gaussian"}, default="bipartite"
-        Form of message passing for ``method="bethe"`` (ignored otherwise).
+        Form of message passing for ``method="bethe"`` (ignored otherwise;
+        ``"bethe-multi"`` uses the bipartite form).
     base_rates : {array-like, sparse matrix} of shape (n_samples, n_visible), \
             default=None
         ``method="ais"`` only: data (typically the training set) whose
@@ -712,15 +768,35 @@ def rbm_log_partition(
         Murray's schedule), or the inverse temperatures themselves
         (non-decreasing from 0 to 1).
     random_state : int, RandomState instance or None, default=None
-        ``method="ais"`` only: source of the chains' seeds.
+        ``method="ais"``: source of the chains' seeds.
+        ``method="bethe-multi"``: source of the starts (the rows drawn from
+        ``seeds``, or the model samples).
     n_jobs : int or None, default=None
         ``method="ais"`` only: joblib workers running the chains; the result
         is the same for every value.
+    seeds : {array-like, sparse matrix} of shape (n_seeds, n_visible), \
+            default=None
+        ``method="bethe-multi"`` only: visible states (values in [0, 1]) at
+        which message passing starts, e.g. the training data; ``n_starts``
+        rows are drawn at random when there are more.  None starts from
+        ``n_starts`` samples of the model (20 block-Gibbs sweeps from uniform
+        random states each).  Cold messages are always one more start.
+    n_starts : int, default=30
+        ``method="bethe-multi"`` only: number of seeded starts.
+    return_std : bool, default=False
+        Also return the standard error of ``log Z``.
 
     Returns
     -------
     log_z : float
         ``log Z`` in nats (exact, or the Bethe or AIS estimate).
+    std_error : float
+        Only when ``return_std`` is True: the Monte Carlo standard error of
+        ``log_z`` for ``method="ais"`` (the delta method over the chains'
+        importance weights: their standard deviation over their mean, over
+        ``sqrt(n_chains)``), 0.0 for ``"exact"``, and NaN for the Bethe
+        methods, deterministic approximations whose error is a bias that no
+        standard error measures.
 
     Raises
     ------
@@ -741,6 +817,13 @@ def rbm_log_partition(
     deep belief networks. Proceedings of the 25th International Conference
     on Machine Learning, 872-879.
 
+    Chertkov, M. and Chernyak, V. Y. (2006). Loop series for discrete
+    statistical models on graphs. Journal of Statistical Mechanics, P06009.
+
+    Watanabe, Y. and Fukumizu, K. (2009). Graph zeta function in the Bethe
+    free energy and loopy belief propagation. Advances in Neural Information
+    Processing Systems 22.
+
     Examples
     --------
     Without couplings the units are independent and ``log Z`` is a sum of
@@ -759,19 +842,26 @@ def rbm_log_partition(
 
     >>> rng = np.random.RandomState(0)
     >>> params = rng.normal(size=(4, 6)), rng.normal(size=6), rng.normal(size=4)
-    >>> ais = rbm_log_partition(params, method="ais", n_temperatures=1000,
-    ...                         random_state=0)
-    >>> bool(abs(ais - rbm_log_partition(params)) < 0.05)
-    True
+    >>> ais, std_error = rbm_log_partition(params, method="ais",
+    ...                                    n_temperatures=1000, random_state=0,
+    ...                                    return_std=True)
+    >>> bool(abs(ais - rbm_log_partition(params)) < 0.05), bool(std_error < 0.05)
+    (True, True)
     """
-    ais = dict(
+    options = dict(
+        bethe_form=bethe_form,
         base_rates=base_rates,
         n_chains=n_chains,
         n_temperatures=n_temperatures,
         random_state=random_state,
         n_jobs=n_jobs,
+        seeds=seeds,
+        n_starts=n_starts,
     )
-    return float(_log_partition(_rbm_parameters(rbm), method, bethe_form, ais))
+    log_z, std_error = _log_partition(_rbm_parameters(rbm), method, options)
+    if return_std:
+        return float(log_z), float(std_error)
+    return float(log_z)
 
 
 def _check_visible(X, n_visible):
@@ -847,6 +937,9 @@ def rbm_log_likelihood(
     n_temperatures=10000,
     random_state=None,
     n_jobs=None,
+    seeds=None,
+    n_starts=30,
+    return_std=False,
 ):
     """Log-likelihood ``log p(v) = -F(v) - log Z`` of each row of ``X``.
 
@@ -868,7 +961,7 @@ def rbm_log_likelihood(
         ``(components, intercept_visible, intercept_hidden)``.
     X : {array-like, sparse matrix} of shape (n_samples, n_visible)
         Visible states, values in [0, 1].
-    method : {"exact", "bethe", "ais"}, default="exact"
+    method : {"exact", "bethe", "bethe-multi", "ais"}, default="exact"
         How ``log Z`` is computed, see :func:`rbm_log_partition`.
     bethe_form : {"bipartite", "gaussian"}, default="bipartite"
         Form of message passing for ``method="bethe"`` (ignored otherwise).
@@ -884,11 +977,25 @@ def rbm_log_likelihood(
         ``method="ais"`` only: source of the chains' seeds.
     n_jobs : int or None, default=None
         ``method="ais"`` only: joblib workers running the chains.
+    seeds : {array-like, sparse matrix} of shape (n_seeds, n_visible), \
+            default=None
+        ``method="bethe-multi"`` only: visible states to start message
+        passing from, e.g. the training data (see :func:`rbm_log_partition`).
+    n_starts : int, default=30
+        ``method="bethe-multi"`` only: number of seeded starts.
+    return_std : bool, default=False
+        Also return the standard error of ``log Z``, which every entry
+        shares.
 
     Returns
     -------
     log_likelihood : ndarray of shape (n_samples,)
         Per sample, in nats; take ``.mean()`` for the average log-likelihood.
+    std_error : float
+        Only when ``return_std`` is True: the standard error of every entry
+        (and of their mean), that of ``log Z`` (see
+        :func:`rbm_log_partition`): AIS's Monte Carlo error, 0.0 when exact,
+        NaN for the Bethe estimates.
 
     See Also
     --------
@@ -920,15 +1027,23 @@ def rbm_log_likelihood(
     X = _check_visible(X, params[0].shape[1])
     if method == "exact":
         _check_enumerable(params[0])
-        return exact_log_likelihood(X, *params)
-    ais = dict(
-        base_rates=base_rates,
-        n_chains=n_chains,
-        n_temperatures=n_temperatures,
-        random_state=random_state,
-        n_jobs=n_jobs,
-    )
-    return -free_energy(X, *params) - _log_partition(params, method, bethe_form, ais)
+        log_likelihood, std_error = exact_log_likelihood(X, *params), 0.0
+    else:
+        options = dict(
+            bethe_form=bethe_form,
+            base_rates=base_rates,
+            n_chains=n_chains,
+            n_temperatures=n_temperatures,
+            random_state=random_state,
+            n_jobs=n_jobs,
+            seeds=seeds,
+            n_starts=n_starts,
+        )
+        log_z, std_error = _log_partition(params, method, options)
+        log_likelihood = -free_energy(X, *params) - log_z
+    if return_std:
+        return log_likelihood, float(std_error)
+    return log_likelihood
 
 
 def rbm_exact_moments(rbm):

@@ -27,6 +27,7 @@ from sklearn.linear_model import LinearRegression
 from sklearn.neural_network import BernoulliRBM
 
 from sklearn_meanfield import BetheRBM, diagnostics
+from sklearn_meanfield.bethe._multistate import multistate_log_partition
 from sklearn_meanfield.diagnostics import (
     MAX_ENUMERATED_UNITS,
     effective_sample_size,
@@ -419,7 +420,12 @@ def test_bethe_close_at_weak_coupling(form):
 
 
 def test_bethe_of_a_fitted_betherbm_is_its_own_estimate():
-    model, X = _fitted("bethe")
+    # method="bethe" is the bipartite message passing, which a BetheRBM
+    # fitted with method="bipartite" runs too (warm-started).
+    X = _tiny_data()
+    model = BetheRBM(
+        n_components=3, learning_rate=0.1, n_iter=20, random_state=0, method="bipartite"
+    ).fit(X)
     assert rbm_log_partition(model, method="bethe") == pytest.approx(
         model.log_partition_function(), abs=1e-6
     )
@@ -446,6 +452,100 @@ def test_ais_close_to_enumeration(kind):
     np.testing.assert_allclose(
         log_lik, ref["log_pv"] + ref["log_z"] - ais, rtol=1e-12, atol=1e-12
     )
+
+
+def test_ais_standard_error_is_returned_and_measures_the_spread():
+    # return_std=True gives the AIS standard error next to the same log Z.
+    # Reference: the spread of log Z over 40 independent runs (few
+    # temperatures, so the error is large enough to measure), and the exact
+    # log Z within a few standard errors.
+    model, X = _fitted("bernoulli")
+    exact = _brute_force(*_params(model))["log_z"]
+    settings = dict(base_rates=X, n_chains=50, n_temperatures=5)
+    runs = [
+        rbm_log_partition(
+            model, method="ais", random_state=seed, return_std=True, **settings
+        )
+        for seed in range(40)
+    ]
+    log_z, std_error = np.array(runs).T
+    assert log_z[0] == rbm_log_partition(
+        model, method="ais", random_state=0, **settings
+    )
+    assert np.all(std_error > 0.005)
+    # The standard deviation of 40 runs has a relative error of ~11%.
+    assert np.std(log_z, ddof=1) == pytest.approx(np.mean(std_error), rel=0.35)
+    assert abs(np.mean(log_z) - exact) < 4 * np.mean(std_error) / np.sqrt(40) + 0.01
+    # The log-likelihood carries the same standard error.
+    log_lik, se = rbm_log_likelihood(
+        model, X, method="ais", random_state=0, return_std=True, **settings
+    )
+    assert se == std_error[0]
+    np.testing.assert_allclose(
+        log_lik, -rbm_free_energy(model, X) - log_z[0], rtol=1e-12
+    )
+
+
+def test_return_std_of_the_deterministic_methods():
+    model, X = _fitted("bethe")
+    exact = rbm_log_partition(model)
+    assert rbm_log_partition(model, return_std=True) == (exact, 0.0)
+    log_lik, se = rbm_log_likelihood(model, X, return_std=True)
+    assert se == 0.0
+    np.testing.assert_array_equal(log_lik, rbm_log_likelihood(model, X))
+    for method in ("bethe", "bethe-multi"):
+        value, se = rbm_log_partition(
+            model, method=method, random_state=0, return_std=True
+        )
+        assert value == rbm_log_partition(model, method=method, random_state=0)
+        assert np.isnan(se)
+
+
+def test_bethe_multi_sums_the_modes_of_a_bimodal_model():
+    # Two hidden units, each switching on one of two opposite patterns: one
+    # Bethe solution (cold messages) sits at the symmetric saddle, 0.69 nat
+    # low; the model's own samples seed both modes, whose loop-corrected sum
+    # is 0.23 nat high (the modes overlap a little).
+    pattern = np.array([1.0] * 4 + [-1.0] * 4)
+    params = (3.0 * np.vstack([pattern, -pattern]), np.zeros(8), -6.0 * np.ones(2))
+    exact = _brute_force(*params)["log_z"]
+    single = rbm_log_partition(params, method="bethe")
+    multi = rbm_log_partition(params, method="bethe-multi", random_state=0)
+    assert single == pytest.approx(exact - 0.693, abs=0.01)
+    assert multi == pytest.approx(exact + 0.230, abs=0.01)
+    # Seeds given as data: the same fixed points as the core finds from them.
+    seeds = (np.vstack([pattern, -pattern]) + 1) / 2
+    core = multistate_log_partition(*params, seeds).log_z
+    assert rbm_log_partition(params, method="bethe-multi", seeds=seeds) == core
+    assert rbm_log_partition(
+        params, method="bethe-multi", seeds=sp.csr_matrix(seeds)
+    ) == pytest.approx(multi, abs=1e-9)
+    # More rows than n_starts: n_starts of them are drawn.
+    many = np.repeat(seeds, 10, axis=0)
+    assert rbm_log_partition(
+        params, method="bethe-multi", seeds=many, n_starts=4, random_state=1
+    ) == pytest.approx(multi, abs=1e-9)
+    log_lik = rbm_log_likelihood(
+        params, _all_states(8), method="bethe-multi", random_state=0
+    )
+    np.testing.assert_allclose(
+        log_lik, _brute_force(*params)["log_pv"] + exact - multi, rtol=1e-10
+    )
+
+
+def test_bethe_multi_falls_back_when_nothing_converges(monkeypatch):
+    # Message passing converges on every model tried (damping 0.5, 2000
+    # sweeps, random weights of sd up to 8), so the core's failure is
+    # simulated: the single Bethe estimate is returned, with a warning.
+    def no_start_converges(*args, **kwargs):
+        raise RuntimeError("None of the starts converged")
+
+    monkeypatch.setattr(diagnostics, "multistate_log_partition", no_start_converges)
+    rng = np.random.RandomState(6)
+    params = (rng.normal(0, 1.0, (4, 6)), rng.normal(size=6), rng.normal(size=4))
+    with pytest.warns(ConvergenceWarning, match="falls back"):
+        value = rbm_log_partition(params, method="bethe-multi", random_state=0)
+    assert value == rbm_log_partition(params, method="bethe")
 
 
 def test_moments_against_enumeration():
@@ -520,6 +620,12 @@ def test_rbm_argument_validation():
         rbm_free_energy(params, np.zeros((1, 4)))
     with pytest.raises(ValueError, match="3 visible units"):
         rbm_log_partition(params, method="ais", base_rates=np.zeros((2, 4)))
+    with pytest.raises(ValueError, match="3 visible units"):
+        rbm_log_partition(params, method="bethe-multi", seeds=np.zeros((2, 4)))
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        rbm_log_partition(params, method="bethe-multi", seeds=np.full((2, 3), 2.0))
+    with pytest.raises(ValueError, match="n_starts"):
+        rbm_log_partition(params, method="bethe-multi", n_starts=0)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         rbm_log_likelihood(params, np.full((1, 3), 2.0))
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
