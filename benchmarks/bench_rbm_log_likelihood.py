@@ -11,7 +11,18 @@ estimate (``BetheRBM.score_samples``; for BernoulliRBM's parameters the same
 Bethe ``log Z`` from ``sklearn_meanfield.diagnostics.rbm_log_partition``), with
 the Bethe estimate's error against exact (or AIS) and the CPU time of AIS.
 
-Run: ``python benchmarks/bench_rbm_log_likelihood.py [--quick] [--seeds N]``.
+Two more estimates come from the distinct Bethe fixed points that message
+passing reaches from 30 starts seeded at samples of the model (20 Gibbs sweeps
+from uniform random states; ``sklearn_meanfield.bethe._multistate``): the sum of
+their Bethe partition functions ("multi"), and the same sum with each fixed
+point's loop correction ``-1/2 log det(I - B)`` ("multi+loop", what
+``rbm_log_partition(method="bethe-multi")`` returns), with the number of
+distinct fixed points and the CPU time.  ``--states`` lists every fixed point
+(Bethe ``log Z``, loop correction, stability, how many starts reached it, mean
+magnetisation), with the cold-start solution.
+
+Run: ``python benchmarks/bench_rbm_log_likelihood.py [--quick] [--seeds N]
+[--states]``.
 """
 
 import argparse
@@ -22,10 +33,13 @@ import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import BernoulliRBM
+from sklearn.utils import check_random_state
 
 from sklearn_meanfield import BetheRBM
 from sklearn_meanfield.bethe._ais import ais_log_likelihood, base_rate_visible_bias
 from sklearn_meanfield.bethe._exact import MAX_ENUMERATED_UNITS, exact_log_likelihood
+from sklearn_meanfield.bethe._message_passing import bethe_solve
+from sklearn_meanfield.bethe._multistate import model_seeds, multistate_log_partition
 from sklearn_meanfield.diagnostics import rbm_free_energy, rbm_log_partition
 
 
@@ -63,10 +77,25 @@ def evaluate(name, model, X_train, X_test, n_temperatures, seed):
         row["bethe"] = float(-rbm_free_energy(params, X_test).mean() - bethe_log_z)
     reference = row["exact"] if row["exact"] is not None else row["ais"]
     row["bethe_error"] = row["bethe"] - reference
+    # The seeds of rbm_log_partition(params, method="bethe-multi",
+    # random_state=seed): 30 model samples.
+    start = time.process_time()
+    seeds = model_seeds(*params, 30, 20, check_random_state(seed))
+    multi = multistate_log_partition(*params, seeds)
+    row["multi_cpu_s"] = time.process_time() - start
+    minus_f = float(-rbm_free_energy(params, X_test).mean())
+    row["multi"] = minus_f - multi.log_z_bethe
+    row["multi_loop"] = minus_f - multi.log_z
+    row["multi_error"] = row["multi"] - reference
+    row["multi_loop_error"] = row["multi_loop"] - reference
+    row["n_states"] = len(multi.states)
+    row["states"] = multi.states
+    row["cold_log_z"] = bethe_solve(*params, damping=0.5, tol=1e-7).log_z
+    row["log_z_reference"] = minus_f - reference
     return row
 
 
-def run(quick, n_seeds):
+def run(quick, n_seeds, show_states=False):
     X_train, X_test = data()
     n_iter = 3 if quick else 20
     sizes = [16, 64] if quick else [16, 64, 256]
@@ -89,14 +118,20 @@ def run(quick, n_seeds):
                 row["seed"] = seed
                 rows.append(row)
                 print_row(row, header=len(rows) == 1)
+                if show_states:
+                    print_states(row)
     print(
         "\nlog-likelihoods: mean over 397 held-out digits, nats per digit; exact by "
         f"enumeration of the hidden layer (<= {MAX_ENUMERATED_UNITS} units); AIS: "
         f"100 chains, {n_temperatures} temperatures, base rates of the training "
         "digits, +- standard error (delta method); Bethe: -F(v) - log Z_Bethe "
         "(BetheRBM.score_samples); Bethe err = Bethe - exact (or - AIS where no "
-        f"exact); AIS CPU s: one core. {n_iter} epochs, learning rate 0.05, batch "
-        "10, 1400 training digits."
+        f"exact); AIS CPU s: one core. multi: log Z summed over the distinct Bethe "
+        "fixed points reached from 30 starts seeded at model samples; multi+loop: "
+        "each with its loop correction -1/2 log det(I - B) (rbm_log_partition "
+        "method='bethe-multi'); err = estimate - exact (or - AIS); states: distinct "
+        f"fixed points; multi CPU s: both, one core. {n_iter} epochs, learning rate "
+        "0.05, batch 10, 1400 training digits."
     )
     return rows
 
@@ -120,11 +155,32 @@ def print_row(row, header):
         ),
         ("Bethe", "{:>8}", _fmt(row["bethe"])),
         ("Bethe err", "{:>9}", _fmt(row["bethe_error"])),
+        ("multi err", "{:>9}", _fmt(row["multi_error"])),
+        ("multi+loop", "{:>10}", _fmt(row["multi_loop"])),
+        ("m+l err", "{:>7}", _fmt(row["multi_loop_error"])),
+        ("states", "{:>6}", row["n_states"]),
         ("AIS CPU s", "{:>9}", _fmt(row["ais_cpu_s"], ".1f")),
+        ("multi CPU s", "{:>11}", _fmt(row["multi_cpu_s"], ".1f")),
     ]
     if header:
         print("  ".join(fmt.format(name) for name, fmt, _ in columns))
     print("  ".join(fmt.format(value) for _, fmt, value in columns), flush=True)
+
+
+def print_states(row):
+    """The distinct fixed points of one model, highest Bethe log Z first."""
+    print(
+        f"    log Z: reference {row['log_z_reference']:.3f} (exact or AIS), "
+        f"cold-start Bethe {row['cold_log_z']:.3f}"
+    )
+    for state in row["states"]:
+        print(
+            f"    fixed point: Bethe log Z {state.log_z_bethe:8.3f}  loop "
+            f"{state.loop_correction:6.3f}  stability {state.stability:.3f}  "
+            f"starts {state.n_starts:3d}  mean |2<v>-1| "
+            f"{np.abs(2 * state.mean_visible - 1).mean():.3f}  mean <h> "
+            f"{state.mean_hidden.mean():.3f}"
+        )
 
 
 if __name__ == "__main__":
@@ -133,5 +189,8 @@ if __name__ == "__main__":
         "--quick", action="store_true", help="3 epochs, 16/64 hidden, 1000 temperatures"
     )
     parser.add_argument("--seeds", type=int, default=1, help="training seeds per size")
+    parser.add_argument(
+        "--states", action="store_true", help="list the Bethe fixed points per model"
+    )
     args = parser.parse_args()
-    run(args.quick, args.seeds)
+    run(args.quick, args.seeds, args.states)
