@@ -121,6 +121,13 @@ class ChainSettings:
         Momentum persistence of the partial refresh.
     target_accept : float, default=0.8
         Acceptance the step size is adapted to.
+    sampler : {"hmc", "chees"}, default="hmc"
+        ``"hmc"``: every trajectory has ``n_leapfrog`` steps (Neal).
+        ``"chees"``: the mean trajectory length of each chain adapts in
+        warm-up (ChEES), starting from ``n_leapfrog`` steps, and every
+        trajectory's length is jittered.
+    max_leapfrog : int, default=1000
+        Most leapfrog steps of one trajectory with ``"chees"``.
     """
 
     n_samples: int
@@ -129,6 +136,8 @@ class ChainSettings:
     step_size: float
     persistence: float = 0.0
     target_accept: float = 0.8
+    sampler: str = "hmc"
+    max_leapfrog: int = 1000
 
     @property
     def n_fixed(self):
@@ -160,6 +169,16 @@ class ChainDraws(NamedTuple):
     """The (adapted) step-size multiplier, (n_chains,)."""
     stopped_in_warmup: bool
     """A stop request during warm-up made the last warm-up states the draws."""
+    accept_prob: np.ndarray = None
+    """Metropolis acceptance probability of each draw's trajectory,
+    (n_kept, n_chains)."""
+    n_leapfrog: np.ndarray = None
+    """Its leapfrog steps, (n_kept, n_chains) int."""
+    energy_error: np.ndarray = None
+    """Its change of total energy, (n_kept, n_chains)."""
+    trajectory_length: np.ndarray = None
+    """The (adapted) mean trajectory duration, (n_chains,): ``n_leapfrog``
+    times the step-size multiplier for ``"hmc"``."""
 
 
 class _Trace(NamedTuple):
@@ -170,6 +189,9 @@ class _Trace(NamedTuple):
     group_precision: np.ndarray
     accepted: np.ndarray
     divergent: np.ndarray
+    accept_prob: np.ndarray
+    n_leapfrog: np.ndarray
+    energy_error: np.ndarray
 
     @classmethod
     def empty(cls, n_draws, n_chains, layout):
@@ -179,6 +201,9 @@ class _Trace(NamedTuple):
             np.empty((n_draws, n_chains, layout.n_groups)),
             np.zeros((n_draws, n_chains), dtype=bool),
             np.zeros((n_draws, n_chains), dtype=bool),
+            np.zeros((n_draws, n_chains)),
+            np.zeros((n_draws, n_chains), dtype=int),
+            np.zeros((n_draws, n_chains)),
         )
 
     def store(self, row, state, info):
@@ -187,6 +212,9 @@ class _Trace(NamedTuple):
         self.group_precision[row] = state.group_precision
         self.accepted[row] = info.accepted
         self.divergent[row] = info.divergent
+        self.accept_prob[row] = info.accept_prob
+        self.n_leapfrog[row] = info.n_leapfrog
+        self.energy_error[row] = info.energy_error
 
     def rows(self, index):
         return _Trace(*(values[index] for values in self))
@@ -214,7 +242,7 @@ class _DrawRecorder:
         self.draws.store(draw, state, info)
         self.train_outputs[draw] = self.posterior.train_outputs(state.theta)
 
-    def result(self, n_iterations, step_size):
+    def result(self, n_iterations, step_size, trajectory_length):
         """The draws after ``n_iterations`` iterations."""
         stopped_in_warmup = n_iterations <= self.n_warmup
         if stopped_in_warmup:
@@ -236,6 +264,10 @@ class _DrawRecorder:
             n_divergent=trace.divergent.sum(axis=0),
             step_size=step_size,
             stopped_in_warmup=stopped_in_warmup,
+            accept_prob=trace.accept_prob,
+            n_leapfrog=trace.n_leapfrog,
+            energy_error=trace.energy_error,
+            trajectory_length=trajectory_length,
         )
 
 
@@ -313,6 +345,12 @@ def run_chains(posterior, seeds, settings, on_iteration=None):
         n_chains,
         step_size=settings.step_size,
         target_accept=settings.target_accept,
+        trajectory_length=(
+            settings.n_leapfrog * settings.step_size
+            if settings.sampler == "chees"
+            else None
+        ),
+        max_leapfrog=settings.max_leapfrog,
     )
     recorder = _DrawRecorder(posterior, n_chains, settings)
     stop, n_warmup = False, settings.n_warmup
@@ -322,12 +360,12 @@ def run_chains(posterior, seeds, settings, on_iteration=None):
             posterior,
             adaptation.tuning(),
             random_state,
-            n_leapfrog=settings.n_leapfrog,
+            n_leapfrog=adaptation.n_leapfrog(iteration, settings.n_leapfrog),
             persistence=settings.persistence,
             update_precisions=iteration >= settings.n_fixed,
         )
         if iteration < n_warmup:
-            adaptation.update(info)
+            adaptation.update(info, state)
             if iteration == n_warmup - 1:
                 adaptation.freeze()
         recorder.record(iteration, state, info)
@@ -337,7 +375,14 @@ def run_chains(posterior, seeds, settings, on_iteration=None):
             stop |= bool(on_iteration(iteration, state, info))
         if stop and _stop_now(iteration, settings):
             break
-    return recorder.result(iteration + 1, np.exp(adaptation.log_step_size))
+    step_size = np.exp(adaptation.log_step_size)
+    tuning = adaptation.tuning()
+    trajectory_length = (
+        settings.n_leapfrog * step_size
+        if tuning.trajectory_length is None
+        else tuning.trajectory_length
+    )
+    return recorder.result(iteration + 1, step_size, trajectory_length)
 
 
 class ChainProgress:
@@ -438,12 +483,15 @@ def _join(results):
 
     per_draw = [joined(values) for values in zip(*(r[:6] for r in results))]
     accepted, divergent = per_draw[4], per_draw[5]
+    stats = ("accept_prob", "n_leapfrog", "energy_error")
     return ChainDraws(
         *per_draw,
         accept_rate=np.sum(accepted, axis=0) / n_kept,
         n_divergent=np.sum(divergent, axis=0),
         step_size=np.concatenate([r.step_size for r in results]),
         stopped_in_warmup=any(r.stopped_in_warmup for r in results),
+        **{name: joined([getattr(r, name) for r in results]) for name in stats},
+        trajectory_length=np.concatenate([r.trajectory_length for r in results]),
     )
 
 

@@ -24,6 +24,10 @@ Neal, R. M. (1996). Bayesian Learning for Neural Networks. Springer.
 
 Hoffman, M. D. and Gelman, A. (2014). The No-U-Turn sampler. Journal of Machine
 Learning Research, 15, 1593-1623 (dual averaging, section 3.2).
+
+Hoffman, M. D., Radul, A. and Sountsov, P. (2021). An adaptive MCMC scheme for
+setting trajectory lengths in Hamiltonian Monte Carlo. Proceedings of AISTATS,
+PMLR 130, 3907-3915 (ChEES, Halton jitter, Adam on the log trajectory length).
 """
 
 from typing import NamedTuple
@@ -31,7 +35,12 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = [
+    "AdaptiveDraws",
+    "ChEESAdaptation",
     "DualAveraging",
+    "adaptive_hmc",
+    "chees_gradient",
+    "halton",
     "HMCStep",
     "hmc_step",
     "leapfrog",
@@ -56,8 +65,11 @@ def leapfrog(q, p, grad, step_sizes, n_steps, log_prob_and_grad):
         Position, momentum and log-density gradient at ``q``.
     step_sizes : ndarray broadcastable to (n_chains, n_params)
         Step size of every coordinate.
-    n_steps : int
-        Number of leapfrog steps (at least 1).
+    n_steps : int or ndarray of int of shape (n_chains,)
+        Number of leapfrog steps (at least 1), the same for every chain or one
+        per chain; a chain with fewer steps than the longest stays at its end
+        point while the others move on (masked, so that its result does not
+        depend on the other chains of the batch).
     log_prob_and_grad : callable
         Maps ``q`` to ``(log_prob of shape (n_chains,), grad)``.
 
@@ -80,12 +92,40 @@ def leapfrog(q, p, grad, step_sizes, n_steps, log_prob_and_grad):
     >>> bool(abs(q[0, 0]) < 1e-3), bool(abs(p[0, 0] + 1) < 1e-3)
     (True, True)
     """
+    if np.ndim(n_steps) > 0:
+        return _masked_leapfrog(q, p, grad, step_sizes, n_steps, log_prob_and_grad)
     p = p + 0.5 * step_sizes * grad
     for step in range(n_steps):
         q = q + step_sizes * p
         log_prob, grad = log_prob_and_grad(q)
         if step < n_steps - 1:
             p = p + step_sizes * grad
+    p = p + 0.5 * step_sizes * grad
+    return q, p, log_prob, grad
+
+
+def _masked_leapfrog(q, p, grad, step_sizes, n_steps, log_prob_and_grad):
+    """:func:`leapfrog` with ``n_steps[c]`` steps for chain ``c``.
+
+    The batch runs ``max(n_steps)`` steps; a chain past its own count keeps
+    its position, momentum and gradient (the log density is evaluated there
+    again and discarded), so each row equals a run of that chain alone.
+    """
+    n_steps = np.asarray(n_steps)
+    step_sizes = np.broadcast_to(step_sizes, q.shape)
+    p = p + 0.5 * step_sizes * grad
+    log_prob = None
+    for step in range(int(np.max(n_steps))):
+        moving = (step < n_steps)[:, None]
+        q = np.where(moving, q + step_sizes * p, q)
+        new_log_prob, new_grad = log_prob_and_grad(q)
+        log_prob = (
+            new_log_prob
+            if log_prob is None
+            else np.where(moving[:, 0], new_log_prob, log_prob)
+        )
+        grad = np.where(moving, new_grad, grad)
+        p = np.where((step < n_steps - 1)[:, None], p + step_sizes * grad, p)
     p = p + 0.5 * step_sizes * grad
     return q, p, log_prob, grad
 
@@ -109,6 +149,12 @@ class HMCStep(NamedTuple):
     accept_prob: np.ndarray
     energy_error: np.ndarray
     divergent: np.ndarray
+    start: np.ndarray = None
+    """Position the trajectory started from, (n_chains, n_params)."""
+    proposal: np.ndarray = None
+    """Its end point (before the Metropolis test)."""
+    proposal_momentum: np.ndarray = None
+    """The momentum at the end point."""
 
 
 def _trajectory(q, p, log_prob, grad, step_sizes, n_leapfrog, log_prob_and_grad):
@@ -166,7 +212,8 @@ def hmc_step(
     log_prob_and_grad : callable
         Maps positions to ``(log_prob, grad)``.
     step_sizes : ndarray broadcastable to (n_chains, n_params)
-    n_leapfrog : int
+    n_leapfrog : int or ndarray of int of shape (n_chains,)
+        Leapfrog steps, the same for every chain or one per chain.
     random_state : numpy.random.Generator or RandomState
     momentum : ndarray of shape (n_chains, n_params) or None, default=None
         Previous momentum, used only when ``persistence > 0``.
@@ -179,7 +226,9 @@ def hmc_step(
         New state, momentum, and per chain: ``accepted`` (bool),
         ``accept_prob`` (min(1, exp(-dH)), 0 for divergent or non-finite
         proposals), ``energy_error`` (dH, ``inf`` if not finite) and
-        ``divergent``.
+        ``divergent``; and the trajectory's ``start``, end point
+        (``proposal``) and end momentum (``proposal_momentum``), which
+        trajectory-length adaptation uses.
 
     Examples
     --------
@@ -219,6 +268,9 @@ def hmc_step(
         accept_prob=accept_prob,
         energy_error=energy_error,
         divergent=divergent,
+        start=q,
+        proposal=q_new,
+        proposal_momentum=p_new,
     )
 
 
@@ -276,3 +328,317 @@ class DualAveraging:
     def final(self):
         """The averaged log multiplier to use after warm-up."""
         return self.log_value_bar.copy()
+
+
+def halton(index, base=2):
+    """Element ``index`` (from 1) of the van der Corput sequence in ``base``.
+
+    Quasi-random numbers in (0, 1) that fill the interval evenly: the
+    trajectory-length jitter of ChEES-HMC, the same for every chain at a given
+    iteration, so that it does not depend on which chains share a batch.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield.hmc._sampler import halton
+    >>> [halton(i) for i in range(1, 6)]
+    [0.5, 0.25, 0.75, 0.125, 0.625]
+    """
+    value, fraction, index = 0.0, 1.0 / base, int(index)
+    while index > 0:
+        value += fraction * (index % base)
+        index //= base
+        fraction /= base
+    return value
+
+
+def chees_gradient(start, proposal, proposal_momentum, centre, time):
+    """Per-chain estimate of d ChEES / d log T (Hoffman, Radul and Sountsov 2021).
+
+    ChEES, the expected squared change of the squared distance from the
+    target's mean, ``E[(|q' - m|^2 - |q - m|^2)^2] / 4``, is largest near the
+    trajectory length at which trajectories start to turn back.  Its
+    derivative along a trajectory of duration ``t = h T`` (``h`` the jitter)
+    is ``t (|q' - m|^2 - |q - m|^2) (q' - m) . v'`` per unit of ``log T``,
+    with ``v'`` the velocity at the end point.  All arguments are in
+    whitened coordinates (positions divided by their step scales, so the
+    velocity is the standard-normal momentum).
+
+    Parameters
+    ----------
+    start, proposal, proposal_momentum : ndarray of shape (n_chains, n_params)
+    centre : ndarray of shape (n_chains, n_params) or (n_params,)
+        Estimate of the target's mean.
+    time : ndarray of shape (n_chains,)
+        Duration of each trajectory.
+
+    Returns
+    -------
+    gradient : ndarray of shape (n_chains,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._sampler import chees_gradient
+    >>> # From distance 1 to distance 2: still moving outwards, a longer
+    >>> # trajectory would change the squared distance more (positive); already
+    >>> # turning back inwards, a shorter one would (negative).
+    >>> start, end, centre, time = np.array([[1.0]]), np.array([[2.0]]), 0.0, 1.0
+    >>> out = chees_gradient(start, end, np.array([[1.0]]), centre, time)
+    >>> back = chees_gradient(start, end, np.array([[-1.0]]), centre, time)
+    >>> float(out[0]), float(back[0])
+    (6.0, -6.0)
+    """
+    new = proposal - centre
+    old = start - centre
+    change = np.sum(new**2, axis=1) - np.sum(old**2, axis=1)
+    return time * change * np.sum(new * proposal_momentum, axis=1)
+
+
+class ChEESAdaptation:
+    """Per-chain adaptation of the trajectory length by the ChEES criterion.
+
+    Each chain keeps its own mean trajectory length ``T`` (duration in units
+    of the global step-size multiplier) and adapts ``log T`` by Adam without
+    momentum (second-moment decay 0.95 and updates clipped to +-0.35 as in
+    Hoffman, Radul and Sountsov 2021, learning rate 0.05 rather than 0.025 for
+    warm-ups of a few hundred iterations) along :func:`chees_gradient`
+    weighted by the acceptance probability and divided by its bound, so that
+    every trajectory's vote lies in [-2, 2] (the raw estimate, a product of
+    three distances, is heavy-tailed and shrinks by orders of magnitude while
+    a chain leaves its start: one early outlier would stall Adam, whose
+    second moment forgets 5% per update, for hundreds of iterations).  The
+    centre of the criterion is each chain's own exponentially weighted mean
+    of its past states (a window of about ``centre_window`` iterations), not
+    the mean across chains as in the paper: it then needs nothing from other
+    chains (a chain's draws do not depend on ``n_jobs`` nor on the number
+    of chains, one chain adapts too), and within-mode distances drive it
+    rather than the distances between the symmetric modes of a network's
+    posterior that different chains sit in.  :meth:`final` gives the
+    iterate average (weights ``k^-0.75`` as in dual averaging) to freeze.
+
+    Trajectories are jittered: at iteration ``k`` (from 1) every chain runs
+    ``2 h_k T / step`` leapfrog steps rounded up, ``h_k`` the van der Corput
+    number :func:`halton` ``(k)``, so the mean duration is ``T``.
+
+    Parameters
+    ----------
+    trajectory_length : ndarray of shape (n_chains,)
+        Initial mean duration.
+    learning_rate : float, default=0.05
+    centre_window : float, default=50.0
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._sampler import ChEESAdaptation
+    >>> adaptation = ChEESAdaptation(np.ones(2))
+    >>> adaptation.n_leapfrog(1, np.array([0.1, 0.25]), max_steps=1000)
+    array([10,  4])
+    """
+
+    def __init__(self, trajectory_length, learning_rate=0.05, centre_window=50.0):
+        self.log_length = np.log(np.asarray(trajectory_length, dtype=float))
+        self.log_length_bar = self.log_length.copy()
+        self.learning_rate = learning_rate
+        self.centre_window = centre_window
+        self.second_moment = np.zeros_like(self.log_length)
+        self.n_updates = np.zeros(self.log_length.shape, dtype=int)
+        self.t = 0
+        self.centre = None
+        self.n_seen = 0
+
+    @property
+    def trajectory_length(self):
+        """The current mean durations, (n_chains,)."""
+        return np.exp(self.log_length)
+
+    def n_leapfrog(self, iteration, step_size, max_steps):
+        """Steps per chain at ``iteration`` (from 1): ``ceil(2 h T / step)``."""
+        jitter = 2.0 * halton(iteration)
+        steps = np.ceil(jitter * self.trajectory_length / step_size)
+        return np.clip(steps, 1, max_steps).astype(int)
+
+    def observe(self, position):
+        """Move the centres towards the chains' current positions."""
+        self.n_seen += 1
+        weight = max(1.0 / self.n_seen, 1.0 / self.centre_window)
+        if self.centre is None:
+            self.centre = np.array(position, dtype=float)
+        else:
+            self.centre += weight * (position - self.centre)
+
+    def update(self, step, scales, time, min_length, max_length):
+        """Adam step of every chain's ``log T`` from one trajectory each.
+
+        Parameters
+        ----------
+        step : HMCStep
+            The transition (its ``start``, ``proposal``, ``proposal_momentum``,
+            ``accept_prob`` and ``divergent``).
+        scales : ndarray broadcastable to (n_chains, n_params)
+            Step scales of the coordinates (the whitening).
+        time : ndarray of shape (n_chains,)
+            Duration of each trajectory.
+        min_length, max_length : ndarray of shape (n_chains,) or float
+            Bounds of ``T``: a step, and the longest trajectory allowed, at
+            the current step sizes.
+        """
+        self.t += 1
+        centre = step.start if self.centre is None else self.centre
+        start, proposal = step.start / scales, step.proposal / scales
+        centre = centre / scales
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            gradient = chees_gradient(
+                start, proposal, step.proposal_momentum, centre, time
+            )
+            # The estimate is a product of three distances, heavy-tailed and
+            # shrinking by orders of magnitude as a chain leaves its start:
+            # divided by its bound (|change| <= sum of the squared distances,
+            # |(q' - m) . v'| <= |q' - m| |v'|), each trajectory has a vote in
+            # [-2, 2] and Adam's second moment follows no transient outlier.
+            new_sq = np.sum((proposal - centre) ** 2, axis=1)
+            bound = (
+                time
+                * (new_sq + np.sum((start - centre) ** 2, axis=1))
+                * np.sqrt(new_sq * np.sum(step.proposal_momentum**2, axis=1))
+            )
+            gradient = step.accept_prob * gradient / bound
+        # A divergent or non-finite trajectory says nothing about the length.
+        usable = np.isfinite(gradient) & ~step.divergent
+        gradient = np.where(usable, gradient, 0.0)
+        decay = 0.95
+        self.n_updates += usable
+        self.second_moment = np.where(
+            usable,
+            decay * self.second_moment + (1 - decay) * gradient**2,
+            self.second_moment,
+        )
+        corrected = self.second_moment / (1.0 - decay ** np.maximum(self.n_updates, 1))
+        change = self.learning_rate * gradient / (np.sqrt(corrected) + 1e-12)
+        change = np.where(usable, np.clip(change, -0.35, 0.35), 0.0)
+        self.log_length = np.clip(
+            self.log_length + change,
+            np.log(min_length),
+            np.log(max_length),
+        )
+        eta = self.t**-0.75
+        self.log_length_bar = eta * self.log_length + (1 - eta) * self.log_length_bar
+
+    def final(self):
+        """The averaged log mean durations to use after warm-up."""
+        return self.log_length_bar.copy()
+
+
+class AdaptiveDraws(NamedTuple):
+    """What :func:`adaptive_hmc` returns."""
+
+    draws: np.ndarray
+    """Positions after every sampling iteration, (n_samples, n_chains, n_params)."""
+    accept_prob: np.ndarray
+    """Acceptance probabilities, (n_samples, n_chains)."""
+    n_leapfrog: np.ndarray
+    """Leapfrog steps, (n_samples, n_chains)."""
+    step_size: np.ndarray
+    """Frozen step-size multiplier, (n_chains,)."""
+    trajectory_length: np.ndarray
+    """Frozen mean trajectory duration, (n_chains,)."""
+
+
+def adaptive_hmc(
+    log_prob_and_grad,
+    q,
+    random_state,
+    *,
+    n_warmup,
+    n_samples,
+    scales=1.0,
+    step_size=0.1,
+    trajectory_length=1.0,
+    target_accept=0.8,
+    max_leapfrog=1000,
+):
+    """ChEES-HMC on a fixed target: the kernel of the network sampler alone.
+
+    Every iteration draws each chain's step-size jitter (uniform in [0.9,
+    1.1]) and runs :func:`hmc_step` with ``ceil(2 h_k T / step)`` leapfrog
+    steps per chain (:class:`ChEESAdaptation`), step sizes ``step *
+    jitter * scales``; in warm-up the step size follows dual averaging and
+    ``T`` the ChEES criterion, both frozen at their averages for sampling.
+    The network sampler does the same between its Gibbs steps
+    (:class:`~sklearn_meanfield.hmc._transition.WarmupAdaptation`).
+
+    Parameters
+    ----------
+    log_prob_and_grad : callable
+    q : ndarray of shape (n_chains, n_params)
+        Initial positions.
+    random_state : ChainRandom or numpy.random.Generator
+    n_warmup, n_samples : int
+    scales : ndarray broadcastable to (n_chains, n_params), default=1.0
+        Step scale of every coordinate (a diagonal mass ``1 / scales^2``).
+    step_size, trajectory_length : float
+        Initial step-size multiplier and mean duration.
+    target_accept : float, default=0.8
+    max_leapfrog : int, default=1000
+
+    Returns
+    -------
+    result : AdaptiveDraws
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._sampler import adaptive_hmc
+    >>> def standard_normal(q):
+    ...     return -0.5 * np.sum(q**2, axis=1), -q
+    >>> out = adaptive_hmc(standard_normal, np.zeros((4, 3)),
+    ...                    np.random.default_rng(0), n_warmup=200, n_samples=200)
+    >>> out.draws.shape
+    (200, 4, 3)
+    >>> # A quarter to a half period of the oscillator: ChEES's length.
+    >>> bool(np.all((out.trajectory_length > 0.5) & (out.trajectory_length < 3)))
+    True
+    """
+    n_chains = q.shape[0]
+    scales = np.broadcast_to(scales, q.shape)
+    log_prob, grad = log_prob_and_grad(q)
+    dual = DualAveraging(np.full(n_chains, np.log(step_size)), target=target_accept)
+    log_step = dual.log_value
+    chees = ChEESAdaptation(np.full(n_chains, float(trajectory_length)))
+    draws = np.empty((n_samples, *q.shape))
+    accept_prob = np.empty((n_samples, n_chains))
+    n_steps = np.empty((n_samples, n_chains), dtype=int)
+    for iteration in range(n_warmup + n_samples):
+        step_size = np.exp(log_step)
+        n_leapfrog = chees.n_leapfrog(iteration + 1, step_size, max_leapfrog)
+        jitter = random_state.uniform(0.9, 1.1, size=(n_chains, 1))
+        multiplier = step_size[:, None] * jitter
+        step = hmc_step(
+            q,
+            log_prob,
+            grad,
+            log_prob_and_grad,
+            multiplier * scales,
+            n_leapfrog,
+            random_state,
+        )
+        q, log_prob, grad = step.q, step.log_prob, step.grad
+        if iteration < n_warmup:
+            chees.update(
+                step,
+                scales,
+                n_leapfrog * multiplier[:, 0],
+                min_length=step_size,
+                max_length=max_leapfrog * step_size / 2,
+            )
+            chees.observe(q)
+            log_step = dual.update(step.accept_prob)
+            if iteration == n_warmup - 1:
+                log_step = dual.final()
+                chees.log_length = chees.final()
+        else:
+            row = iteration - n_warmup
+            draws[row], accept_prob[row], n_steps[row] = q, step.accept_prob, n_leapfrog
+    return AdaptiveDraws(
+        draws, accept_prob, n_steps, np.exp(log_step), chees.trajectory_length
+    )

@@ -40,7 +40,7 @@ from ._network import (
     step_scales,
 )
 from ._rescaling import rescale_groups, rescale_units
-from ._sampler import DualAveraging, hmc_step
+from ._sampler import ChEESAdaptation, DualAveraging, hmc_step
 
 __all__ = [
     "ChainInfo",
@@ -197,6 +197,16 @@ class ChainInfo(NamedTuple):
     or None when the precisions were held fixed."""
     unit_accept: np.ndarray
     """Those of the unit rescalings, (n_chains, n_hidden), or None."""
+    n_leapfrog: np.ndarray = None
+    """Leapfrog steps of the trajectory, (n_chains,) int."""
+    integration_time: np.ndarray = None
+    """Its duration in units of the step scales (steps times the step-size
+    multiplier times its jitter), (n_chains,)."""
+    trajectory: object = None
+    """The :class:`~sklearn_meanfield.hmc._sampler.HMCStep` (start, proposal
+    and its momentum, for trajectory-length adaptation)."""
+    scales: np.ndarray = None
+    """The step scales the trajectory used, (n_chains, n_params)."""
 
 
 class Tuning(NamedTuple):
@@ -208,6 +218,9 @@ class Tuning(NamedTuple):
     """Proposal sd of the group rescalings' ``log c``, (n_chains, n_groups)."""
     unit_sd: np.ndarray
     """Proposal sd of the unit rescalings' ``log c``, (n_chains, n_hidden)."""
+    trajectory_length: np.ndarray = None
+    """Mean trajectory duration of the adaptive sampler, (n_chains,), or None
+    (fixed ``n_leapfrog``)."""
 
 
 def _update_precisions(state, posterior, tuning, random_state):
@@ -286,7 +299,8 @@ def transition(
     posterior : NetworkPosterior
     tuning : Tuning
     random_state : ChainRandom or numpy.random.Generator
-    n_leapfrog : int
+    n_leapfrog : int or ndarray of int of shape (n_chains,)
+        Leapfrog steps, shared or per chain.
     persistence : float in [0, 1), default=0.0
         Momentum persistence of the partial refresh.
     update_precisions : bool, default=True
@@ -324,17 +338,19 @@ def transition(
         group_accept = unit_accept = None
     n_chains = state.theta.shape[0]
     jitter = random_state.uniform(0.9, 1.1, size=(n_chains, 1))
+    multiplier = tuning.step_size[:, None] * jitter
     step = hmc_step(
         state.theta,
         state.log_prob,
         state.grad,
         posterior.target(state.noise_precision, state.group_precision),
-        tuning.step_size[:, None] * jitter * state.scales,
+        multiplier * state.scales,
         n_leapfrog,
         random_state,
         momentum=state.momentum,
         persistence=persistence,
     )
+    scales = state.scales
     state = state._replace(
         theta=step.q, log_prob=step.log_prob, grad=step.grad, momentum=step.momentum
     )
@@ -345,6 +361,10 @@ def transition(
         energy_error=step.energy_error,
         group_accept=group_accept,
         unit_accept=unit_accept,
+        n_leapfrog=np.broadcast_to(n_leapfrog, (n_chains,)),
+        integration_time=np.asarray(n_leapfrog) * multiplier[:, 0],
+        trajectory=step,
+        scales=scales,
     )
     return state, info
 
@@ -357,8 +377,12 @@ class WarmupAdaptation:
     the log proposal sds of the rescaling moves follow a Robbins-Monro
     recursion with rate ``k^-0.6`` towards an acceptance of 0.44 (the optimum
     of a one-dimensional random-walk Metropolis), ``k`` counting the
-    iterations that made the moves.  :meth:`freeze` ends the adaptation: the
-    step size becomes the dual-averaging average, and nothing changes after.
+    iterations that made the moves.  With ``trajectory_length`` the mean
+    trajectory duration of every chain adapts too, by the ChEES criterion
+    (:class:`~sklearn_meanfield.hmc._sampler.ChEESAdaptation`), and
+    :meth:`n_leapfrog` gives each iteration's jittered number of steps.
+    :meth:`freeze` ends the adaptation: the step size and the trajectory
+    length become their iterate averages, and nothing changes after.
 
     Parameters
     ----------
@@ -367,6 +391,11 @@ class WarmupAdaptation:
     step_size : float
         Initial step-size multiplier.
     target_accept : float, default=0.8
+    trajectory_length : float or None, default=None
+        Initial mean duration of the adaptive sampler's trajectories (steps
+        times the step-size multiplier); None for a fixed number of steps.
+    max_leapfrog : int, default=1000
+        Most leapfrog steps of one trajectory of the adaptive sampler.
 
     Examples
     --------
@@ -382,13 +411,28 @@ class WarmupAdaptation:
     True
     """
 
-    def __init__(self, layout, n_chains, *, step_size, target_accept=0.8):
+    def __init__(
+        self,
+        layout,
+        n_chains,
+        *,
+        step_size,
+        target_accept=0.8,
+        trajectory_length=None,
+        max_leapfrog=1000,
+    ):
         self.log_step_size = np.full(n_chains, np.log(step_size))
         self.dual_averaging = DualAveraging(self.log_step_size, target=target_accept)
         self.log_group_sd = np.full((n_chains, layout.n_groups), np.log(0.5))
         self.log_unit_sd = np.full((n_chains, layout.n_hidden), np.log(0.3))
         self.n_moves = 0
         self.frozen = False
+        self.max_leapfrog = max_leapfrog
+        self.chees = (
+            None
+            if trajectory_length is None
+            else ChEESAdaptation(np.full(n_chains, float(trajectory_length)))
+        )
 
     def tuning(self):
         """The settings for the next iteration."""
@@ -396,10 +440,30 @@ class WarmupAdaptation:
             step_size=np.exp(self.log_step_size),
             group_sd=np.exp(self.log_group_sd),
             unit_sd=np.exp(self.log_unit_sd),
+            trajectory_length=(
+                None if self.chees is None else self.chees.trajectory_length
+            ),
         )
 
-    def update(self, info):
-        """Adapt to one iteration's acceptance (nothing once frozen)."""
+    def n_leapfrog(self, iteration, default):
+        """Leapfrog steps of every chain at ``iteration`` (from 0).
+
+        ``default`` (an int) without trajectory-length adaptation; otherwise
+        ``ceil(2 h T / step)`` per chain, ``h`` the van der Corput number of
+        ``iteration + 1``, at most ``max_leapfrog``.
+        """
+        if self.chees is None:
+            return default
+        return self.chees.n_leapfrog(
+            iteration + 1, np.exp(self.log_step_size), self.max_leapfrog
+        )
+
+    def update(self, info, state=None):
+        """Adapt to one iteration (nothing once frozen).
+
+        ``state``, the chains' state after the iteration, moves the centres of
+        the ChEES criterion.
+        """
         if self.frozen:
             return
         if info.group_accept is not None:
@@ -407,9 +471,22 @@ class WarmupAdaptation:
             rate = self.n_moves**-0.6
             self.log_group_sd += rate * (info.group_accept - RESCALE_TARGET_ACCEPT)
             self.log_unit_sd += rate * (info.unit_accept - RESCALE_TARGET_ACCEPT)
+        if self.chees is not None:
+            step_size = np.exp(self.log_step_size)
+            self.chees.update(
+                info.trajectory,
+                info.scales,
+                info.integration_time,
+                min_length=step_size,
+                max_length=self.max_leapfrog * step_size / 2,
+            )
+            if state is not None:
+                self.chees.observe(state.theta)
         self.log_step_size = self.dual_averaging.update(info.accept_prob)
 
     def freeze(self):
-        """End of warm-up: keep the averaged step size from now on."""
+        """End of warm-up: keep the averaged step size (and length) from now on."""
         self.log_step_size = self.dual_averaging.final()
+        if self.chees is not None:
+            self.chees.log_length = self.chees.final()
         self.frozen = True

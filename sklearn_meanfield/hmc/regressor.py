@@ -9,7 +9,7 @@ from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import StandardizedRegressorMixin, atomic_fit
@@ -394,7 +394,9 @@ class HMCNetworkRegressor(
         "hidden_layer_size": [Interval(Integral, 1, None, closed="left")],
         "n_samples": [Interval(Integral, 4, None, closed="left")],
         "n_warmup": [Interval(Integral, 0, None, closed="left")],
+        "sampler": [StrOptions({"chees", "hmc"})],
         "n_leapfrog": [Interval(Integral, 1, None, closed="left")],
+        "max_leapfrog": [Interval(Integral, 1, None, closed="left")],
         "step_size": [Interval(Real, 0, None, closed="neither")],
         "persistence": [Interval(Real, 0, 1, closed="left")],
         "target_accept": [Interval(Real, 0, 1, closed="neither")],
@@ -411,7 +413,9 @@ class HMCNetworkRegressor(
         *,
         n_samples=1000,
         n_warmup=500,
+        sampler="hmc",
         n_leapfrog=100,
+        max_leapfrog=1000,
         step_size=0.2,
         persistence=0.0,
         target_accept=0.8,
@@ -424,7 +428,9 @@ class HMCNetworkRegressor(
         self.hidden_layer_size = hidden_layer_size
         self.n_samples = n_samples
         self.n_warmup = n_warmup
+        self.sampler = sampler
         self.n_leapfrog = n_leapfrog
+        self.max_leapfrog = max_leapfrog
         self.step_size = step_size
         self.persistence = persistence
         self.target_accept = target_accept
@@ -491,6 +497,8 @@ class HMCNetworkRegressor(
             step_size=self.step_size,
             persistence=self.persistence,
             target_accept=self.target_accept,
+            sampler=self.sampler,
+            max_leapfrog=self.max_leapfrog,
         )
         seeds = draw_seeds(check_random_state(self.random_state), self.n_chains)
         # Outputs without spread: the posterior is symmetric about them.
@@ -515,6 +523,14 @@ class HMCNetworkRegressor(
         self.acceptance_rate_ = draws.accept_rate
         self.n_divergent_ = draws.n_divergent
         self.step_size_ = draws.step_size
+        self._trajectory_length = draws.trajectory_length
+        # Per-draw statistics of every chain, (n_chains, n_kept).
+        self._sample_stats = {
+            "acceptance_rate": draws.accept_prob.T.copy(),
+            "diverging": draws.divergent.T.copy(),
+            "n_steps": draws.n_leapfrog.T.copy(),
+            "energy_error": draws.energy_error.T.copy(),
+        }
         # Draws arrive as (n_kept, n_chains, ...): chain after chain instead.
         self.parameter_draws_, self.noise_precision_draws_, self.precision_draws_ = (
             _chain_after_chain(values) for values in draws[:3]
@@ -631,3 +647,175 @@ class HMCNetworkRegressor(
         samples = outputs + noise_sd[:, None, :] * rng.standard_normal(outputs.shape)
         samples = self._y_scaler.inverse_mean(samples)  # (n_samples, n_X, m)
         return self._like_y(samples.transpose(1, 2, 0))
+
+    @property
+    def trajectory_length_(self):
+        """Mean trajectory duration of each chain, (n_chains,).
+
+        Leapfrog steps times the step-size multiplier, on average over the
+        jittered trajectories: adapted in warm-up with ``sampler="chees"``,
+        ``n_leapfrog * step_size_`` with ``"hmc"``.
+        """
+        check_is_fitted(self)
+        return self._trajectory_length
+
+    def chain_draws(self):
+        """The posterior draws of every chain, chains first.
+
+        Returns
+        -------
+        draws : dict of ndarray
+            ``"parameters"`` (n_chains, n_kept, n_params), ``"noise_precision"``
+            (n_chains, n_kept, n_outputs) and ``"precision"`` (n_chains,
+            n_kept, n_groups): the flattened ``parameter_draws_``,
+            ``noise_precision_draws_`` and ``precision_draws_`` (views of
+            them) with a chain axis; and per draw (n_chains, n_kept) the
+            trajectory's Metropolis ``"acceptance_rate"`` (its acceptance
+            probability), ``"diverging"``, ``"n_steps"`` (leapfrog steps) and
+            ``"energy_error"``.
+        """
+        check_is_fitted(self)
+        n_chains = len(self.step_size_)
+
+        def per_chain(values):
+            return values.reshape(n_chains, -1, *values.shape[1:])
+
+        draws = {
+            "parameters": per_chain(self.parameter_draws_),
+            "noise_precision": per_chain(self.noise_precision_draws_),
+            "precision": per_chain(self.precision_draws_),
+        }
+        draws.update(self._sample_stats)
+        return draws
+
+    def to_inference_data(self, X=None, y=None, random_state=None):
+        """The draws as an ArviZ ``InferenceData``, for its plots and diagnostics.
+
+        Requires ArviZ (``pip install arviz``).
+
+        Parameters
+        ----------
+        X, y : array-like, default=None
+            Data (the training data, or held-out data) for the
+            ``observed_data``, ``log_likelihood`` (Gaussian log density of
+            every entry of ``y`` given each draw, shaped like ``y``; sum over
+            the outputs for a row's joint density) and
+            ``posterior_predictive`` (a draw of ``y`` per posterior draw,
+            noise included) groups; without them only ``posterior`` and
+            ``sample_stats`` are filled.
+        random_state : int, RandomState instance or None, default=None
+            Noise of the ``posterior_predictive`` draws.
+
+        Returns
+        -------
+        idata : arviz.InferenceData
+            ``posterior``: ``W1`` (chain, draw, input, hidden), ``b1``
+            (chain, draw, hidden), ``W2`` (chain, draw, hidden, output),
+            ``b2`` (chain, draw, output), weights of the network on the
+            standardised data; ``precision`` (chain, draw, group) with the
+            groups named ``W1``, ``W1[j]`` under ARD, ``b1``, ``W2``, ``b2``;
+            ``noise_precision`` (standardised) and ``noise_std`` (target
+            units) per output.  ``sample_stats`` (chain, draw):
+            ``acceptance_rate``, ``diverging``, ``n_steps``,
+            ``energy_error``, and the frozen ``step_size`` and mean
+            ``trajectory_length`` of each chain repeated over its draws.
+
+        Raises
+        ------
+        ImportError
+            When ArviZ is not installed.
+        """
+        try:
+            import arviz
+        except ImportError as exc:
+            raise ImportError(
+                "HMCNetworkRegressor.to_inference_data needs ArviZ: "
+                "pip install arviz. The draws are available without it from "
+                "chain_draws()."
+            ) from exc
+        draws = self.chain_draws()
+        n_chains, n_kept = draws["parameters"].shape[:2]
+        layout = self._layout
+        W1, b1, W2, b2 = layout.unpack(
+            draws["parameters"].reshape(n_chains * n_kept, -1)
+        )
+
+        def per_chain(values):
+            return np.asarray(values).reshape(n_chains, n_kept, *values.shape[1:])
+
+        noise_std = self._y_scaler.inverse_scale(
+            1.0 / np.sqrt(draws["noise_precision"])
+        )
+        posterior = {
+            "W1": per_chain(W1),
+            "b1": per_chain(b1),
+            "W2": per_chain(W2),
+            "b2": per_chain(b2),
+            "precision": draws["precision"],
+            "noise_precision": draws["noise_precision"],
+            "noise_std": noise_std,
+        }
+        groups = (
+            [f"W1[{j}]" for j in range(layout.n_features)] if layout.ard else ["W1"]
+        )
+        coords = {
+            "input": np.arange(layout.n_features),
+            "hidden": np.arange(layout.n_hidden),
+            "output": np.arange(layout.n_outputs),
+            "group": groups + ["b1", "W2", "b2"],
+        }
+        dims = {
+            "W1": ["input", "hidden"],
+            "b1": ["hidden"],
+            "W2": ["hidden", "output"],
+            "b2": ["output"],
+            "precision": ["group"],
+            "noise_precision": ["output"],
+            "noise_std": ["output"],
+        }
+        repeat = np.ones((1, n_kept))
+        sample_stats = {
+            name: draws[name]
+            for name in ("acceptance_rate", "diverging", "n_steps", "energy_error")
+        }
+        sample_stats["step_size"] = self.step_size_[:, None] * repeat
+        sample_stats["trajectory_length"] = self.trajectory_length_[:, None] * repeat
+        groups_data = {}
+        if X is not None and y is not None:
+            groups_data = self._observation_groups(X, y, random_state, per_chain)
+            coords["obs"] = np.arange(len(groups_data["observed_data"]["y"]))
+            dims["y"] = ["obs"] + (
+                ["output"] if groups_data["observed_data"]["y"].ndim == 2 else []
+            )
+        return arviz.from_dict(
+            posterior=posterior,
+            sample_stats=sample_stats,
+            coords=coords,
+            dims=dims,
+            **groups_data,
+        )
+
+    def _observation_groups(self, X, y, random_state, per_chain):
+        """The ``observed_data``, ``log_likelihood`` and ``posterior_predictive``."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        y = np.asarray(y, dtype=float)
+        outputs = self._draw_outputs(X)  # (n_draws, n_rows, n_outputs)
+        noise_sd = self._y_scaler.inverse_scale(
+            1.0 / np.sqrt(self.noise_precision_draws_)
+        )[:, None, :]
+        Y = y.reshape(len(X), -1)
+        log_lik = (
+            -0.5 * ((Y - outputs) / noise_sd) ** 2
+            - np.log(noise_sd)
+            - 0.5 * np.log(2 * np.pi)
+        )
+        rng = check_random_state(random_state)
+        predictive = outputs + noise_sd * rng.standard_normal(outputs.shape)
+        if y.ndim == 1:
+            predictive, log_lik = predictive[:, :, 0], log_lik[:, :, 0]
+        return {
+            "observed_data": {"y": y},
+            "log_likelihood": {"y": per_chain(log_lik)},
+            "posterior_predictive": {"y": per_chain(predictive)},
+        }
