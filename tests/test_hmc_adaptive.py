@@ -348,3 +348,32 @@ def test_to_inference_data_without_arviz_says_how_to_get_it(
     monkeypatch.setitem(sys.modules, "arviz", None)
     with pytest.raises(ImportError, match="pip install arviz"):
         model.to_inference_data()
+
+
+@pytest.mark.parametrize(
+    "params, remedy",
+    [
+        (dict(sampler="hmc"), "sampler='chees'"),
+        # Two steps at most: the mean length is pinned at its bound.
+        (dict(sampler="chees", max_leapfrog=2), "increase max_leapfrog"),
+        (dict(sampler="chees", max_leapfrog=1000), "Increase n_warmup"),
+    ],
+)
+def test_convergence_warning_names_the_remedy_of_the_sampler(params, remedy):
+    rng = np.random.RandomState(5)
+    X = rng.uniform(-2, 2, size=(30, 1))
+    y = np.tanh(X[:, 0]) + 0.1 * rng.normal(size=30)
+    model = HMCNetworkRegressor(
+        hidden_layer_size=3,
+        n_samples=4,
+        n_warmup=2,
+        n_leapfrog=2,
+        n_chains=2,
+        random_state=0,
+        **params,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(X, y)
+    rhat = [str(w.message) for w in caught if "R-hat" in str(w.message)]
+    assert len(rhat) == 1 and remedy in rhat[0], rhat

@@ -79,14 +79,18 @@ def _chain_after_chain(values):
     return values.transpose(1, 0, 2).reshape(n_chains * n_kept, -1)
 
 
-def _check_convergence(draws):
+def _check_convergence(draws, sampler="hmc", max_leapfrog=None):
     """Largest split R-hat and smallest bulk ESS; warn about poor mixing.
 
     The monitored quantities are the predictions at the training points and
     the log precisions.  Warns (``ConvergenceWarning``) when a callback
     stopped the chains in warm-up, when R-hat exceeds 1.05 (naming the worst
     quantity: users act differently on a prediction than on a prior precision
-    that mixes slowly) and when trajectories diverged after warm-up.
+    that mixes slowly, and the remedies of the sampler used: longer
+    trajectories for ``"hmc"``; for ``"chees"``, whose lengths adapt, a
+    larger ``max_leapfrog`` when the adapted lengths came within 10% of
+    their bound, else longer warm-up and more draws) and when trajectories
+    diverged after warm-up.
 
     Returns
     -------
@@ -122,12 +126,30 @@ def _check_convergence(draws):
             what = "the noise precision"
         else:
             what = f"weight-group precision {worst - n_pred - n_noise}"
+        if sampler == "hmc":
+            remedy = (
+                "Increase n_samples, n_warmup or n_leapfrog (chains in "
+                "different configurations of the network mix fastest with "
+                "longer trajectories), or use sampler='chees', which adapts "
+                "the trajectory length."
+            )
+        elif np.any(
+            draws.trajectory_length >= 0.9 * max_leapfrog * draws.step_size / 2
+        ):
+            remedy = (
+                f"The adapted trajectory lengths reached their bound "
+                f"(max_leapfrog={max_leapfrog} steps at most): increase "
+                "max_leapfrog, or n_samples."
+            )
+        else:
+            remedy = (
+                "Increase n_warmup (the trajectory length and step size "
+                "adapt during warm-up) or n_samples."
+            )
         warnings.warn(
             f"The {n_chains} chains disagree: largest split R-hat "
             f"{rhat:.3f} > 1.05, for {what} (smallest bulk ESS "
-            f"{ess:.0f}). Increase n_samples, n_warmup or n_leapfrog "
-            "(chains in different configurations of the network mix "
-            "fastest with longer trajectories).",
+            f"{ess:.0f}). {remedy}",
             ConvergenceWarning,
         )
     n_divergent = int(np.sum(draws.n_divergent))
@@ -266,8 +288,26 @@ class HMCNetworkRegressor(
         Warm-up iterations per chain, discarded.  The hyperparameters are held
         at their prior means for the first fifth of them, and the step size is
         adapted throughout, then frozen so the chain is exact.
+    sampler : {"chees", "hmc"}, default="hmc"
+        How long the trajectories are.  ``"hmc"``: every trajectory has
+        ``n_leapfrog`` steps (Neal's Hybrid Monte Carlo, the paper's method;
+        results are those of earlier versions).  ``"chees"``: each chain
+        adapts its mean trajectory length during warm-up by the ChEES
+        criterion (Hoffman, Radul and Sountsov 2021) from its own
+        trajectories, starting from ``n_leapfrog`` steps; every trajectory's
+        length is a quasi-random fraction of twice that mean (jitter), the
+        same fraction for every chain at a given iteration.  The adaptation
+        needs nothing from other chains, so the draws do not depend on
+        ``n_jobs`` (nor on the other chains), and one chain adapts as well
+        as many.  Longer trajectories cost more per draw but mix more on
+        larger data, where a fixed length becomes too short.
     n_leapfrog : int, default=100
-        Leapfrog steps per trajectory.
+        Leapfrog steps per trajectory with ``sampler="hmc"``; the initial
+        mean length with ``"chees"``.
+    max_leapfrog : int, default=1000
+        Most leapfrog steps of one trajectory with ``sampler="chees"`` (the
+        adapted mean length is at most half of it): bounds the cost of a
+        draw.  Ignored by ``"hmc"``.
     step_size : float, default=0.2
         Initial global step-size multiplier (Neal's eta); the step of each
         weight is this times the inverse square root of its estimated
@@ -324,6 +364,10 @@ class HMCNetworkRegressor(
         Fraction of trajectories accepted after warm-up.
     step_size_ : ndarray of shape (n_chains,)
         The adapted step-size multiplier of each chain.
+    trajectory_length_ : ndarray of shape (n_chains,)
+        Mean trajectory duration of each chain (leapfrog steps times the
+        step-size multiplier): adapted with ``sampler="chees"``,
+        ``n_leapfrog * step_size_`` with ``"hmc"``.
     n_divergent_ : ndarray of shape (n_chains,)
         Divergent trajectories after warm-up.
     rhat_ : float
@@ -336,6 +380,8 @@ class HMCNetworkRegressor(
     parameter_draws_ : ndarray of shape (n_chains * n_kept, n_params)
         Network weights (for standardised data), chain after chain;
         ``n_kept`` is ``n_samples`` unless a callback stopped the sampling.
+        :meth:`chain_draws` gives the draws with a chain axis, and
+        :meth:`to_inference_data` as an ArviZ ``InferenceData``.
     noise_precision_draws_ : ndarray of shape (n_chains * n_kept, n_outputs)
         Noise precisions (for standardised targets).
     precision_draws_ : ndarray of shape (n_chains * n_kept, n_groups)
@@ -358,6 +404,17 @@ class HMCNetworkRegressor(
 
     Neal, R. M. (1996). Bayesian Learning for Neural Networks. Lecture Notes in
     Statistics 118, Springer.
+
+    Hoffman, M. D. and Gelman, A. (2014). The No-U-Turn sampler: adaptively
+    setting path lengths in Hamiltonian Monte Carlo. Journal of Machine
+    Learning Research, 15, 1593-1623.
+
+    Betancourt, M. (2017). A conceptual introduction to Hamiltonian Monte
+    Carlo. arXiv:1701.02434.
+
+    Hoffman, M. D., Radul, A. and Sountsov, P. (2021). An adaptive MCMC
+    scheme for setting trajectory lengths in Hamiltonian Monte Carlo.
+    Proceedings of AISTATS, PMLR 130, 3907-3915.
 
     Yu, Y. and Meng, X.-L. (2011). To center or not to center: that is not the
     question. Journal of Computational and Graphical Statistics, 20(3),
@@ -510,7 +567,7 @@ class HMCNetworkRegressor(
             draws = sample_chains(
                 posterior, seeds, settings, n_jobs=self.n_jobs, reporter=reporter
             )
-            rhat, ess = _check_convergence(draws)
+            rhat, ess = _check_convergence(draws, self.sampler, self.max_leapfrog)
             loo = _leave_one_out(draws, Ys, y, sample_weight, self._y_scaler, constant)
             reporter(
                 1,
