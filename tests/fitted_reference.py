@@ -177,11 +177,23 @@ def _cases():
             *_friedman(),
         ),
         "rbm_bipartite": (
-            smf.BetheRBM(n_components=8, n_iter=3, random_state=0),
+            smf.BetheRBM(
+                n_components=8,
+                n_iter=3,
+                random_state=0,
+                method="bipartite",
+                sweeps_per_update=10,
+            ),
             *_digits(),
         ),
         "rbm_gaussian": (
-            smf.BetheRBM(n_components=6, n_iter=2, method="gaussian", random_state=0),
+            smf.BetheRBM(
+                n_components=6,
+                n_iter=2,
+                method="gaussian",
+                random_state=0,
+                sweeps_per_update=10,
+            ),
             *_digits(60),
         ),
     }

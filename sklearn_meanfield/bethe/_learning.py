@@ -12,13 +12,16 @@ References
 """
 
 import numpy as np
+import scipy.sparse as sp
+from scipy.linalg.blas import dgemm
 from scipy.special import expit
 from sklearn.utils.extmath import safe_sparse_dot
 
 from ._message_passing import bethe_solve
+from ._relaxed import relaxed_iterate
 from ._sampling import gibbs_hidden_step
 
-__all__ = ["bethe_training_epoch", "positive_phase"]
+__all__ = ["bethe_training_epoch", "positive_phase", "relaxed_training_epoch"]
 
 
 def positive_phase(X, weights, hidden_bias):
@@ -118,3 +121,108 @@ def bethe_training_epoch(
                 hidden_chain, weights, visible_bias, hidden_bias, random_state
             )
     return messages, hidden_chain, n_unconverged
+
+
+def relaxed_training_epoch(
+    X,
+    batch_slices,
+    weights,
+    visible_bias,
+    hidden_bias,
+    state,
+    *,
+    learning_rate,
+    damping,
+    tol,
+    sweeps_per_update,
+    hidden_chain=None,
+    random_state=None,
+):
+    """:func:`bethe_training_epoch` with the relaxed (TAP) negative phase.
+
+    Per batch: at most ``sweeps_per_update`` sweeps of the TAP iteration from
+    the persistent means ``state`` (:func:`~._relaxed.relaxed_sweep`), then
+    ``W += learning_rate * (<h v^T>_data - m_h m_v^T - W * var_h var_v^T)``
+    and the bias steps.  The update is arranged for BLAS: the data term and
+    the rank-one ``m_h m_v^T`` are one matrix product accumulated into ``W``
+    in place (``beta = 1``), the Onsager term one elementwise product; so an
+    update costs a few passes over ``W``, as a PCD update does.
+
+    Parameters
+    ----------
+    X : ndarray or sparse matrix of shape (n_samples, n_visible)
+    batch_slices : list of slice
+    weights, visible_bias, hidden_bias : ndarray of float64
+        Parameters, updated in place; ``weights`` C-contiguous.
+    state : tuple of two ndarrays
+        Persistent means ``(mean_visible, mean_hidden)`` (not modified).
+    learning_rate, damping, tol, sweeps_per_update
+        As in :class:`~sklearn_meanfield.BetheRBM`.
+    hidden_chain : ndarray of shape (n_chains, n_hidden) or None, default=None
+    random_state : RandomState or None, default=None
+
+    Returns
+    -------
+    state : tuple of two ndarrays
+        The means after the last step.
+    hidden_chain : ndarray or None
+    n_unconverged : int
+        Steps whose TAP iteration did not settle within the sweeps allowed.
+    """
+    lr = float(learning_rate)
+    n_unconverged = 0
+    n_hidden, n_visible = weights.shape
+    weights_sq = np.multiply(weights, weights)
+    onsager = np.empty_like(weights)
+    # W^T is F-contiguous: dgemm accumulates into it without a copy.
+    weights_t = weights.T
+    # Rows of the batch, then one row for the rank-one term m_h m_v^T.
+    n_rows = max(b.stop - b.start for b in batch_slices) + 1
+    left_rows = np.empty((n_rows, n_hidden))
+    right_rows = np.empty((n_rows, n_visible))
+    sparse = sp.issparse(X)
+    for batch in batch_slices:
+        state, _, converged = relaxed_iterate(
+            weights,
+            weights_sq,
+            visible_bias,
+            hidden_bias,
+            state,
+            damping=damping,
+            tol=tol,
+            max_sweeps=sweeps_per_update,
+            check_last_only=True,
+        )
+        n_unconverged += not converged
+        m_v, m_h = state
+        n_batch = batch.stop - batch.start
+        left, right = left_rows[: n_batch + 1], right_rows[: n_batch + 1]
+        right[:n_batch] = X[batch].toarray() if sparse else X[batch]
+        right[n_batch] = m_v
+        hidden = left[:n_batch]
+        np.matmul(right[:n_batch], weights_t, out=hidden)
+        hidden += hidden_bias
+        expit(hidden, out=hidden)
+        visible_bias += lr * (right[:n_batch].mean(axis=0) - m_v)
+        hidden_bias += lr * (hidden.mean(axis=0) - m_h)
+        # W *= 1 - lr var_h var_v^T (the Onsager part of the negative phase)
+        np.multiply.outer(-lr * (m_h - m_h * m_h), m_v - m_v * m_v, out=onsager)
+        onsager += 1.0
+        weights *= onsager
+        # W += lr (hidden^T batch / n - m_h m_v^T) as one product into W
+        hidden *= lr / n_batch
+        np.multiply(m_h, -lr, out=left[n_batch])
+        _gemm_accumulate(right.T, left.T, weights_t)
+        np.multiply(weights, weights, out=weights_sq)
+        if hidden_chain is not None:
+            hidden_chain = gibbs_hidden_step(
+                hidden_chain, weights, visible_bias, hidden_bias, random_state
+            )
+    return state, hidden_chain, n_unconverged
+
+
+def _gemm_accumulate(a, b_t, c):
+    """``c += a @ b_t.T`` in place (``c`` F-contiguous float64)."""
+    out = dgemm(1.0, a, b_t, beta=1.0, c=c, trans_b=1, overwrite_c=1)
+    if not np.shares_memory(out, c):  # pragma: no cover - BLAS copied c
+        c[...] = out
