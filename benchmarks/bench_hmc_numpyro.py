@@ -104,14 +104,18 @@ def smooth_problem(n_train=200, n_test=1000, noise=0.05):
     return draw(n_train, 0) + draw(n_test, 1)
 
 
-def problems(quick, sizes):
+PROBLEMS = ("smooth2", "friedman1", "diabetes")
+
+
+def problems(quick, sizes, which=PROBLEMS):
     """(label, n_hidden, X, y, X_test, y_test) of every benchmark problem."""
-    yield ("smooth2 n=200", 16) + smooth_problem()
-    for n in (200,) if quick else sizes:
+    if "smooth2" in which:
+        yield ("smooth2 n=200", 16) + smooth_problem()
+    for n in () if "friedman1" not in which else (200,) if quick else sizes:
         X, y = make_friedman1(n_samples=n, noise=1.0, random_state=0)
         X_test, y_test = make_friedman1(n_samples=2000, noise=1.0, random_state=1)
         yield f"friedman1 n={n}", 10, X, y, X_test, y_test
-    if not quick:
+    if not quick and "diabetes" in which:
         X, y = load_diabetes(return_X_y=True)
         X, X_test, y, y_test = train_test_split(X, y, test_size=0.25, random_state=0)
         yield f"diabetes n={len(y)}", 10, X, y, X_test, y_test
@@ -497,6 +501,13 @@ def main(argv=None):
         help="friedman1 training sizes (full mode)",
     )
     parser.add_argument(
+        "--problems",
+        nargs="+",
+        choices=PROBLEMS,
+        default=PROBLEMS,
+        help="which problems to run (default: all)",
+    )
+    parser.add_argument(
         "--noncentred",
         action="store_true",
         help="also run NUTS on the non-centred parameterisation (same posterior)",
@@ -519,7 +530,8 @@ def main(argv=None):
         print("quick mode: ours with n_samples=100, n_warmup=100 (not the defaults)")
 
     rows = []
-    for label, n_hidden, X, y, X_test, y_test in problems(args.quick, args.sizes):
+    chosen = problems(args.quick, args.sizes, args.problems)
+    for label, n_hidden, X, y, X_test, y_test in chosen:
         print(f"\n{label}: {X.shape[1]} inputs, {n_hidden} hidden", flush=True)
         Y = y.reshape(len(y), -1)
         # The estimator's standardisation is StandardScaler's (biased sd).
