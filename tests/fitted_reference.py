@@ -141,6 +141,7 @@ def _cases():
                 hidden_layer_size=4,
                 n_samples=30,
                 n_warmup=30,
+                sampler="hmc",  # Neal's fixed-length HMC, as when frozen
                 n_leapfrog=15,
                 n_chains=2,
                 random_state=0,
@@ -152,6 +153,7 @@ def _cases():
                 hidden_layer_size=3,
                 n_samples=20,
                 n_warmup=20,
+                sampler="hmc",  # Neal's fixed-length HMC, as when frozen
                 n_leapfrog=10,
                 persistence=0.5,
                 ard=False,
