@@ -180,6 +180,7 @@ def relaxed_training_epoch(
     n_rows = max(b.stop - b.start for b in batch_slices) + 1
     left_rows = np.empty((n_rows, n_hidden))
     right_rows = np.empty((n_rows, n_visible))
+    row_weights = {}
     sparse = sp.issparse(X)
     for batch in batch_slices:
         state, _, converged = relaxed_iterate(
@@ -203,15 +204,19 @@ def relaxed_training_epoch(
         np.matmul(right[:n_batch], weights_t, out=hidden)
         hidden += hidden_bias
         expit(hidden, out=hidden)
-        visible_bias += lr * (right[:n_batch].mean(axis=0) - m_v)
-        hidden_bias += lr * (hidden.mean(axis=0) - m_h)
+        # Rows weighted lr / n (data) and -lr (model): every step below is a
+        # product or a column sum of these stacked rows.
+        hidden *= lr / n_batch
+        np.multiply(m_h, -lr, out=left[n_batch])
+        if n_batch not in row_weights:
+            row_weights[n_batch] = np.append(np.full(n_batch, lr / n_batch), -lr)
+        visible_bias += row_weights[n_batch] @ right
+        hidden_bias += left.sum(axis=0)
         # W *= 1 - lr var_h var_v^T (the Onsager part of the negative phase)
         np.multiply.outer(-lr * (m_h - m_h * m_h), m_v - m_v * m_v, out=onsager)
         onsager += 1.0
         weights *= onsager
         # W += lr (hidden^T batch / n - m_h m_v^T) as one product into W
-        hidden *= lr / n_batch
-        np.multiply(m_h, -lr, out=left[n_batch])
         _gemm_accumulate(right.T, left.T, weights_t)
         np.multiply(weights, weights, out=weights_sq)
         if hidden_chain is not None:
@@ -224,5 +229,5 @@ def relaxed_training_epoch(
 def _gemm_accumulate(a, b_t, c):
     """``c += a @ b_t.T`` in place (``c`` F-contiguous float64)."""
     out = dgemm(1.0, a, b_t, beta=1.0, c=c, trans_b=1, overwrite_c=1)
-    if not np.shares_memory(out, c):  # pragma: no cover - BLAS copied c
+    if not np.may_share_memory(out, c):  # pragma: no cover - BLAS copied c
         c[...] = out
