@@ -52,6 +52,24 @@ def _options(likelihood="probit", label_noise=0.0, optimizer=None, **kwargs):
     )
 
 
+def _five_evaluations(obj_func, initial_theta, bounds):
+    """L-BFGS-B stopped after five evaluations: the Dask tests follow the
+    search's path for a few steps (each evaluation is a few dozen rounds of
+    block tasks; an in-process cluster on a loaded machine takes ~0.1 s a
+    round)."""
+    from scipy.optimize import minimize
+
+    result = minimize(
+        obj_func,
+        initial_theta,
+        method="L-BFGS-B",
+        jac=True,
+        bounds=bounds,
+        options={"maxfun": 5},
+    )
+    return result.x, float(result.fun)
+
+
 @pytest.mark.parametrize(
     "likelihood, label_noise, method",
     [
@@ -517,8 +535,11 @@ def test_stop_during_the_sparse_search_keeps_its_best_point_so_far():
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_sparse_problems_and_restarts_on_a_dask_cluster_equal_the_local_fit():
-    # The one-vs-rest problems (and a binary fit's restarts) are joblib tasks;
-    # seeds (k-means's and the restarts') are drawn before dispatch.
+    # The one-vs-rest problems and a binary fit's restarts under the dask
+    # backend: their row blocks live on the workers, the problems and runs
+    # take turns on the client; seeds (k-means's and the restarts') are drawn
+    # before any work, so the model is the local one bit for bit (the same
+    # block tasks, sums in block order).
     pytest.importorskip("distributed")
     from joblib import parallel_config
 
@@ -528,6 +549,7 @@ def test_sparse_problems_and_restarts_on_a_dask_cluster_equal_the_local_fit():
         kernel=C(1.0, (1e-2, 1e2)) * RBF(1.0, (1e-1, 1e1)),
         n_inducing=8,
         optimize_inducing_points=True,
+        optimizer=_five_evaluations,
         n_restarts_optimizer=1,
         random_state=0,
         tol=1e-4,
@@ -545,3 +567,69 @@ def test_sparse_problems_and_restarts_on_a_dask_cluster_equal_the_local_fit():
         )
         np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
         np.testing.assert_array_equal(a.loo_proba_, b.loo_proba_)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_sparse_fit_under_the_dask_backend_keeps_its_row_blocks_on_the_workers(
+    monkeypatch,
+):
+    # Scale-out (issue 17): under joblib's dask backend every EP sweep and
+    # evidence gradient of the search (kernel and inducing inputs learned)
+    # and of the final solve maps over row blocks that live on the workers;
+    # the model equals the local fit's (same partition, sums here in block
+    # order).  Blocks of 64 rows (m = 10) give 5 of them for 300 samples.
+    pytest.importorskip("distributed")
+    from distributed import get_task_stream
+    from joblib import parallel_config
+
+    from sklearn_meanfield.tap import _sparse
+
+    monkeypatch.setattr(_sparse, "_BLOCK_BYTES", 8 * 10 * 64)
+    X, t = _data(300, 5)
+    params = dict(
+        kernel=C(1.0, (1e-2, 1e2)) * RBF(1.0, (1e-1, 1e1)),
+        n_inducing=10,
+        optimize_inducing_points=True,
+        optimizer=_five_evaluations,
+        random_state=0,
+        tol=1e-6,
+    )
+    local = TAPGaussianProcessClassifier(**params, n_jobs=1).fit(X, t)
+    with (
+        local_dask_client(n_workers=2, threads_per_worker=1) as client,
+        parallel_config(backend="dask"),
+        get_task_stream(client) as stream,
+    ):
+        remote = TAPGaussianProcessClassifier(**params).fit(X, t)
+    np.testing.assert_allclose(remote.kernel_.theta, local.kernel_.theta, rtol=1e-9)
+    np.testing.assert_allclose(
+        remote.inducing_points_, local.inducing_points_, rtol=1e-9, atol=1e-12
+    )
+    np.testing.assert_allclose(
+        remote.predict_proba(X), local.predict_proba(X), rtol=1e-9, atol=1e-12
+    )
+    np.testing.assert_allclose(remote.loo_proba_, local.loo_proba_, rtol=1e-9)
+    assert remote.log_marginal_likelihood_value_ == pytest.approx(
+        local.log_marginal_likelihood_value_, rel=1e-10
+    )
+    counts, workers = {}, set()
+    for task in stream.data:
+        name = task["key"].split("-")[0]  # the function's name, then a uuid
+        counts[name] = counts.get(name, 0) + 1
+        workers.add(task["worker"])
+    # One whitening a block per evaluation of the search and for the final
+    # solve; a gradient task a block per evaluation; nothing else shipped
+    # (the fit itself did not run in a worker).
+    assert counts["_gradient_task"] % 5 == 0 and counts["_gradient_task"] >= 5 * 5
+    assert counts["_whiten_task"] == counts["_gradient_task"] + 5
+    assert counts["_statistics_task"] > counts["_whiten_task"]
+    assert set(counts) <= {
+        "_whiten_task",
+        "_statistics_task",
+        "_marginals_task",
+        "_gradient_task",
+        "_project_task",
+        "_expand_task",
+        "_prior_var_task",
+    }
+    assert len(workers) == 2
