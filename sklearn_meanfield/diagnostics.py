@@ -64,7 +64,7 @@ from .bethe._exact import (
 )
 from .bethe._message_passing import METHODS as _BETHE_FORMS
 from .bethe._message_passing import bethe_solve, stability
-from .bethe._multistate import model_seeds, multistate_log_partition
+from .bethe._multistate import clamped_log_partition, model_seeds
 from .bethe._sampling import gibbs_moments
 from .hmc._diagnostics import effective_sample_size as _effective_sample_size
 from .hmc._diagnostics import split_rhat as _split_rhat
@@ -694,8 +694,17 @@ def _multistate(params, options):
             seeds = seeds.toarray()
         if seeds.shape[0] > n_starts:
             seeds = seeds[rng.choice(seeds.shape[0], n_starts, replace=False)]
+    n_clamped = options["n_clamped"]
+    if (
+        not isinstance(n_clamped, Integral)
+        or isinstance(n_clamped, bool)
+        or n_clamped < 0
+    ):
+        raise ValueError(
+            f"n_clamped must be a non-negative integer, got {n_clamped!r}."
+        )
     try:
-        return multistate_log_partition(*params, seeds).log_z
+        return clamped_log_partition(*params, seeds, int(n_clamped))[0]
     except RuntimeError:
         warnings.warn(
             "No Bethe message-passing start converged; method='bethe-multi' "
@@ -717,6 +726,7 @@ def rbm_log_partition(
     n_jobs=None,
     seeds=None,
     n_starts=30,
+    n_clamped=3,
     return_std=False,
 ):
     """Log partition function ``log Z`` of a binary RBM.
@@ -783,6 +793,15 @@ def rbm_log_partition(
         random states each).  Cold messages are always one more start.
     n_starts : int, default=30
         ``method="bethe-multi"`` only: number of seeded starts.
+    n_clamped : int, default=3
+        ``method="bethe-multi"`` only: hidden units clamped, ``Z`` being
+        the sum of the ``2**n_clamped`` estimates with these units fixed
+        (those of largest variance at the fixed points: the units that
+        switch between modes; Weller and Jebara 2014).  Each clamping costs
+        as much as the unclamped estimate; on 26 models trained on digits
+        (10 to 20 hidden units) 3 clamped units brought the largest error
+        against enumeration from 0.86 to 0.23 nat.  0 sums the fixed points
+        of the full model only.
     return_std : bool, default=False
         Also return the standard error of ``log Z``.
 
@@ -824,6 +843,9 @@ def rbm_log_partition(
     free energy and loopy belief propagation. Advances in Neural Information
     Processing Systems 22.
 
+    Weller, A. and Jebara, T. (2014). Clamping variables and approximate
+    inference. Advances in Neural Information Processing Systems 27.
+
     Examples
     --------
     Without couplings the units are independent and ``log Z`` is a sum of
@@ -857,6 +879,7 @@ def rbm_log_partition(
         n_jobs=n_jobs,
         seeds=seeds,
         n_starts=n_starts,
+        n_clamped=n_clamped,
     )
     log_z, std_error = _log_partition(_rbm_parameters(rbm), method, options)
     if return_std:
@@ -939,6 +962,7 @@ def rbm_log_likelihood(
     n_jobs=None,
     seeds=None,
     n_starts=30,
+    n_clamped=3,
     return_std=False,
 ):
     """Log-likelihood ``log p(v) = -F(v) - log Z`` of each row of ``X``.
@@ -983,6 +1007,9 @@ def rbm_log_likelihood(
         passing from, e.g. the training data (see :func:`rbm_log_partition`).
     n_starts : int, default=30
         ``method="bethe-multi"`` only: number of seeded starts.
+    n_clamped : int, default=3
+        ``method="bethe-multi"`` only: hidden units clamped (see
+        :func:`rbm_log_partition`).
     return_std : bool, default=False
         Also return the standard error of ``log Z``, which every entry
         shares.
@@ -1038,6 +1065,7 @@ def rbm_log_likelihood(
             n_jobs=n_jobs,
             seeds=seeds,
             n_starts=n_starts,
+            n_clamped=n_clamped,
         )
         log_z, std_error = _log_partition(params, method, options)
         log_likelihood = -free_energy(X, *params) - log_z

@@ -22,6 +22,7 @@ from sklearn_meanfield import BetheRBM
 from sklearn_meanfield.bethe._exact import exact_log_partition
 from sklearn_meanfield.bethe._message_passing import bethe_solve
 from sklearn_meanfield.bethe._multistate import (
+    clamped_log_partition,
     edge_correlations,
     loop_correction,
     model_seeds,
@@ -214,3 +215,31 @@ def test_multistate_estimate_of_trained_digits_models(digits, cls, n_hidden, see
     # The plain sum over fixed points lies between one solution and the
     # loop-corrected sum.
     assert single[0] <= result.log_z_bethe + 1e-9 < result.log_z
+
+
+# (class, hidden units, seed): error of the multi-state estimate without
+# clamping, and with 3 clamped hidden units, measured when this was written.
+_CLAMPED = [
+    (BernoulliRBM, 14, 0),  # -0.566, 0.051
+    (BetheRBM, 10, 0),  # 0.524, 0.063
+]
+
+
+@pytest.mark.parametrize("cls, n_hidden, seed", _CLAMPED)
+def test_clamping_hidden_units_of_trained_digits_models(digits, cls, n_hidden, seed):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        settings = dict(learning_rate=0.1, n_iter=15, random_state=seed)
+        if cls is BetheRBM:
+            settings["method"] = "bipartite"
+        model = cls(n_components=n_hidden, **settings).fit(digits)
+    params = (model.components_, model.intercept_visible_, model.intercept_hidden_)
+    exact = exact_log_partition(*params)
+    seeds = model_seeds(*params, 20, 20, np.random.RandomState(0))
+    unclamped, none = clamped_log_partition(*params, seeds, 0)
+    assert none.size == 0
+    assert unclamped == multistate_log_partition(*params, seeds).log_z
+    log_z, clamped = clamped_log_partition(*params, seeds, 3)
+    assert len(set(clamped.tolist())) == 3
+    assert abs(log_z - exact) < 0.15
+    assert abs(unclamped - exact) > 0.4

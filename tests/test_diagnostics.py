@@ -510,27 +510,42 @@ def test_bethe_multi_sums_the_modes_of_a_bimodal_model():
     params = (3.0 * np.vstack([pattern, -pattern]), np.zeros(8), -6.0 * np.ones(2))
     exact = _brute_force(*params)["log_z"]
     single = rbm_log_partition(params, method="bethe")
-    multi = rbm_log_partition(params, method="bethe-multi", random_state=0)
+    multi = rbm_log_partition(params, method="bethe-multi", n_clamped=0, random_state=0)
     assert single == pytest.approx(exact - 0.693, abs=0.01)
     assert multi == pytest.approx(exact + 0.230, abs=0.01)
     # Seeds given as data: the same fixed points as the core finds from them.
     seeds = (np.vstack([pattern, -pattern]) + 1) / 2
     core = multistate_log_partition(*params, seeds).log_z
-    assert rbm_log_partition(params, method="bethe-multi", seeds=seeds) == core
+    assert (
+        rbm_log_partition(params, method="bethe-multi", seeds=seeds, n_clamped=0)
+        == core
+    )
     assert rbm_log_partition(
-        params, method="bethe-multi", seeds=sp.csr_matrix(seeds)
+        params, method="bethe-multi", seeds=sp.csr_matrix(seeds), n_clamped=0
     ) == pytest.approx(multi, abs=1e-9)
     # More rows than n_starts: n_starts of them are drawn.
     many = np.repeat(seeds, 10, axis=0)
     assert rbm_log_partition(
-        params, method="bethe-multi", seeds=many, n_starts=4, random_state=1
+        params,
+        method="bethe-multi",
+        seeds=many,
+        n_starts=4,
+        n_clamped=0,
+        random_state=1,
     ) == pytest.approx(multi, abs=1e-9)
     log_lik = rbm_log_likelihood(
-        params, _all_states(8), method="bethe-multi", random_state=0
+        params, _all_states(8), method="bethe-multi", n_clamped=0, random_state=0
     )
     np.testing.assert_allclose(
         log_lik, _brute_force(*params)["log_pv"] + exact - multi, rtol=1e-10
     )
+    # The default clamps up to 3 hidden units: here both, which is exact.
+    assert rbm_log_partition(
+        params, method="bethe-multi", random_state=0
+    ) == pytest.approx(exact, abs=1e-10)
+    # One clamped unit: each half is one mode, the overlap is gone.
+    one = rbm_log_partition(params, method="bethe-multi", n_clamped=1, random_state=0)
+    assert abs(one - exact) < 0.05
 
 
 def test_bethe_multi_falls_back_when_nothing_converges(monkeypatch):
@@ -540,7 +555,7 @@ def test_bethe_multi_falls_back_when_nothing_converges(monkeypatch):
     def no_start_converges(*args, **kwargs):
         raise RuntimeError("None of the starts converged")
 
-    monkeypatch.setattr(diagnostics, "multistate_log_partition", no_start_converges)
+    monkeypatch.setattr(diagnostics, "clamped_log_partition", no_start_converges)
     rng = np.random.RandomState(6)
     params = (rng.normal(0, 1.0, (4, 6)), rng.normal(size=6), rng.normal(size=4))
     with pytest.warns(ConvergenceWarning, match="falls back"):
@@ -626,6 +641,8 @@ def test_rbm_argument_validation():
         rbm_log_partition(params, method="bethe-multi", seeds=np.full((2, 3), 2.0))
     with pytest.raises(ValueError, match="n_starts"):
         rbm_log_partition(params, method="bethe-multi", n_starts=0)
+    with pytest.raises(ValueError, match="n_clamped"):
+        rbm_log_partition(params, method="bethe-multi", n_clamped=-1)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         rbm_log_likelihood(params, np.full((1, 3), 2.0))
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
