@@ -3,12 +3,17 @@
 Pure functions on arrays in BernoulliRBM's {0, 1} parametrisation.  The
 positive phase is exact (hidden units are independent given the data); the
 negative phase is read off the Bethe fixed point, reached from the previous
-step's messages in a few sweeps (persistent messages).
+step's messages in a few sweeps (persistent messages): full message passing
+(:func:`bethe_training_epoch`) or its relaxed, second-order TAP form
+(:func:`relaxed_training_epoch`, whose update is a few BLAS calls).
 
 References
 ----------
 .. [1] H. Huang and T. Toyoizumi, "Advanced mean field theory of the
    restricted Boltzmann machine", Phys. Rev. E 91, 050101(R) (2015).
+.. [2] M. Gabrie, E. W. Tramel and F. Krzakala, "Training restricted
+   Boltzmann machines via the Thouless-Anderson-Palmer free energy",
+   Advances in Neural Information Processing Systems 28 (2015).
 """
 
 import numpy as np
