@@ -99,7 +99,7 @@ def run(quick, options):
             n_chains=100 if n_visible <= 64 else 50,
             n_temperatures=(300 if quick else 3000)
             if n_visible <= 64
-            else (200 if quick else 1000),
+            else (200 if quick else 2000),
             random_state=0,
         )
         for n_hidden in sizes:
@@ -132,9 +132,10 @@ def run(quick, options):
         f"\nBernoulliRBM's defaults for both ({n_iter} epochs, learning rate 0.1, "
         f"batch 10), {N_TRAIN} training digits, 397 held out; BetheRBM method="
         f"{BetheRBM(**options).get_params()['method']!r}, sweeps_per_update="
-        f"{BetheRBM(**options).sweeps_per_update}. s/epoch: median CPU seconds per "
-        "epoch (one BLAS thread); ratio: median over seeds of BetheRBM / "
-        "BernoulliRBM. LL: held-out log-likelihood, nats per digit, mean +- "
+        f"{BetheRBM(**options).sweeps_per_update} "
+        f"({BetheRBM(**options)._sweeps_per_update()} sweeps). s/epoch: median "
+        "CPU seconds per epoch (one BLAS thread); ratio: median over seeds of "
+        "BetheRBM / BernoulliRBM. LL: held-out log-likelihood, nats per digit, mean +- "
         f"sd over {len(seeds)} seed(s); exact at 16 hidden units, AIS above "
         "(se: largest AIS standard error of the row). dLL = BetheRBM - "
         "BernoulliRBM, per seed, mean (min)."

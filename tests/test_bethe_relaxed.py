@@ -16,6 +16,7 @@ from sklearn_meanfield.bethe._exact import exact_log_likelihood
 from sklearn_meanfield.bethe._learning import positive_phase, relaxed_training_epoch
 from sklearn_meanfield.bethe._message_passing import bethe_solve, stability
 from sklearn_meanfield.bethe._relaxed import (
+    augmented_sweeps,
     cold_state,
     relaxed_iterate,
     relaxed_log_z,
@@ -140,6 +141,13 @@ def test_fixed_point_is_a_stationary_point_of_the_tap_functional():
         assert abs(slope) < 1e-7
 
 
+def _after(W, W2, b, c, n_sweeps, damping):
+    state = cold_state(*W.shape)
+    for _ in range(n_sweeps):
+        state, _ = relaxed_sweep(W, W2, b, c, state, damping)
+    return state
+
+
 def test_fast_iteration_equals_the_reference_sweep():
     W, b, c = dense_rbm(12, 7, 3.0, 3)
     W2 = W**2
@@ -153,6 +161,20 @@ def test_fast_iteration_equals_the_reference_sweep():
         assert n_sweeps == 5 and not converged
         for a, b_ in zip(fast, state):
             np.testing.assert_allclose(a, b_, rtol=1e-14, atol=1e-15)
+        # The training kernel: biases folded into [[W, c], [b^T, 0]].
+        augmented = np.block([[W, c[:, None]], [b[None, :], np.zeros((1, 1))]])
+        visible, hidden = (
+            np.append(cold_state(7, 12)[0], 1),
+            np.append(0.5 * np.ones(7), 1),
+        )
+        delta = augmented_sweeps(augmented, W2, visible, hidden, 5, damping)
+        np.testing.assert_allclose(visible[:12], state[0], rtol=1e-13, atol=1e-14)
+        np.testing.assert_allclose(hidden[:7], state[1], rtol=1e-13, atol=1e-14)
+        assert visible[12] == hidden[7] == 1.0
+        _, last_delta = relaxed_sweep(
+            W, W2, b, c, _after(W, W2, b, c, 4, damping), damping
+        )
+        assert delta == pytest.approx(last_delta, rel=1e-9)
 
 
 def test_stability_is_the_large_n_limit_of_the_bipartite_one():

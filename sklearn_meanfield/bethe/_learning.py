@@ -23,7 +23,7 @@ from scipy.special import expit
 from sklearn.utils.extmath import safe_sparse_dot
 
 from ._message_passing import bethe_solve
-from ._relaxed import relaxed_iterate
+from ._relaxed import augmented_sweeps
 from ._sampling import gibbs_hidden_step
 
 __all__ = ["bethe_training_epoch", "positive_phase", "relaxed_training_epoch"]
@@ -148,17 +148,20 @@ def relaxed_training_epoch(
     Per batch: at most ``sweeps_per_update`` sweeps of the TAP iteration from
     the persistent means ``state`` (:func:`~._relaxed.relaxed_sweep`), then
     ``W += learning_rate * (<h v^T>_data - m_h m_v^T - W * var_h var_v^T)``
-    and the bias steps.  The update is arranged for BLAS: the data term and
-    the rank-one ``m_h m_v^T`` are one matrix product accumulated into ``W``
-    in place (``beta = 1``), the Onsager term one elementwise product; so an
-    update costs a few passes over ``W``, as a PCD update does.
+    and the bias steps.  The update is arranged for BLAS: the parameters
+    live in one bias-augmented matrix ``[[W, c], [b^T, 0]]`` for the epoch,
+    so the sweeps (:func:`~._relaxed.augmented_sweeps`) and the positive
+    phase need no bias additions, and the data term, the rank-one
+    ``m_h m_v^T`` and both bias steps are one matrix product accumulated into
+    it in place (``beta = 1``); the Onsager term is one elementwise product.
+    An update costs a few passes over ``W``, as a PCD update does.
 
     Parameters
     ----------
     X : ndarray or sparse matrix of shape (n_samples, n_visible)
     batch_slices : list of slice
     weights, visible_bias, hidden_bias : ndarray of float64
-        Parameters, updated in place; ``weights`` C-contiguous.
+        Parameters, updated in place (at the end of the epoch).
     state : tuple of two ndarrays
         Persistent means ``(mean_visible, mean_hidden)`` (not modified).
     learning_rate, damping, tol, sweeps_per_update
@@ -177,58 +180,55 @@ def relaxed_training_epoch(
     lr = float(learning_rate)
     n_unconverged = 0
     n_hidden, n_visible = weights.shape
-    weights_sq = np.multiply(weights, weights)
-    onsager = np.empty_like(weights)
-    # W^T is F-contiguous: dgemm accumulates into it without a copy.
-    weights_t = weights.T
-    # Rows of the batch, then one row for the rank-one term m_h m_v^T.
-    n_rows = max(b.stop - b.start for b in batch_slices) + 1
-    left_rows = np.empty((n_rows, n_hidden))
-    right_rows = np.empty((n_rows, n_visible))
-    row_weights = {}
+    # [[W, c], [b^T, 0]]: the biases ride along in every product (the
+    # sweeps, the positive phase and the update below).
+    augmented = np.zeros((n_hidden + 1, n_visible + 1))
+    augmented[:n_hidden, :n_visible] = weights
+    augmented[:n_hidden, n_visible] = hidden_bias
+    augmented[n_hidden, :n_visible] = visible_bias
+    W = augmented[:n_hidden, :n_visible]
+    b, c = augmented[n_hidden, :n_visible], augmented[:n_hidden, n_visible]
+    weights_sq = np.multiply(W, W)
+    onsager = np.empty_like(weights_sq)
+    visible = np.append(state[0], 1.0)
+    hidden_state = np.append(state[1], 1.0)
+    m_v, m_h = visible[:n_visible], hidden_state[:n_hidden]
+    # Rows [batch, 1] and one row [m_v, 1] on the right; on the left the
+    # data rows weighted lr / n and the model row -lr: one product then adds
+    # lr (<h v^T>_data - m_h m_v^T) to W and the two bias steps to b and c.
+    n_rows = max(s.stop - s.start for s in batch_slices) + 1
+    left_rows = np.empty((n_rows, n_hidden + 1))
+    right_rows = np.ones((n_rows, n_visible + 1))
     sparse = sp.issparse(X)
     for batch in batch_slices:
-        state, _, converged = relaxed_iterate(
-            weights,
-            weights_sq,
-            visible_bias,
-            hidden_bias,
-            state,
-            damping=damping,
-            tol=tol,
-            max_sweeps=sweeps_per_update,
-            check_last_only=True,
+        delta = augmented_sweeps(
+            augmented, weights_sq, visible, hidden_state, sweeps_per_update, damping
         )
-        n_unconverged += not converged
-        m_v, m_h = state
+        n_unconverged += not delta < tol
         n_batch = batch.stop - batch.start
         left, right = left_rows[: n_batch + 1], right_rows[: n_batch + 1]
-        right[:n_batch] = X[batch].toarray() if sparse else X[batch]
-        right[n_batch] = m_v
-        hidden = left[:n_batch]
-        np.matmul(right[:n_batch], weights_t, out=hidden)
-        hidden += hidden_bias
-        expit(hidden, out=hidden)
-        # Rows weighted lr / n (data) and -lr (model): every step below is a
-        # product or a column sum of these stacked rows.
-        hidden *= lr / n_batch
-        np.multiply(m_h, -lr, out=left[n_batch])
-        if n_batch not in row_weights:
-            row_weights[n_batch] = np.append(np.full(n_batch, lr / n_batch), -lr)
-        visible_bias += row_weights[n_batch] @ right
-        hidden_bias += left.sum(axis=0)
+        right[:n_batch, :n_visible] = X[batch].toarray() if sparse else X[batch]
+        right[n_batch, :n_visible] = m_v
+        data_hidden = left[:n_batch, :n_hidden]
+        np.matmul(right[:n_batch], augmented[:n_hidden].T, out=data_hidden)
+        expit(data_hidden, out=data_hidden)
+        data_hidden *= lr / n_batch
+        left[:n_batch, n_hidden] = lr / n_batch
+        np.multiply(hidden_state, -lr, out=left[n_batch])
         # W *= 1 - lr var_h var_v^T (the Onsager part of the negative phase)
         np.multiply.outer(-lr * (m_h - m_h * m_h), m_v - m_v * m_v, out=onsager)
         onsager += 1.0
-        weights *= onsager
-        # W += lr (hidden^T batch / n - m_h m_v^T) as one product into W
-        _gemm_accumulate(right.T, left.T, weights_t)
-        np.multiply(weights, weights, out=weights_sq)
+        W *= onsager
+        # The augmented matrix is C-contiguous: its transpose is F-contiguous
+        # and dgemm accumulates into it without a copy.
+        _gemm_accumulate(right.T, left.T, augmented.T)
+        np.multiply(W, W, out=weights_sq)
         if hidden_chain is not None:
-            hidden_chain = gibbs_hidden_step(
-                hidden_chain, weights, visible_bias, hidden_bias, random_state
-            )
-    return state, hidden_chain, n_unconverged
+            hidden_chain = gibbs_hidden_step(hidden_chain, W, b, c, random_state)
+    weights[...] = W
+    visible_bias[...] = b
+    hidden_bias[...] = c
+    return (m_v.copy(), m_h.copy()), hidden_chain, n_unconverged
 
 
 def _gemm_accumulate(a, b_t, c):
