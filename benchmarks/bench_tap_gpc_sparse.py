@@ -30,6 +30,22 @@ from ``--blas-threads`` (default 1, as ``bench_tap_gpc.py``).  Usage::
 
     python -m benchmarks.bench_tap_gpc_sparse [--large | --large-only | --quick]
         [--blas-threads K] [--optimise [--kernel-only] [--optimise-n N]]
+    python -m benchmarks.bench_tap_gpc_sparse --dask [--dask-n N]
+    python -m benchmarks.bench_tap_gpc_sparse --budget [--budget-optimised]
+
+``--dask`` (n = 200,000, m = 256, fixed kernel): the local fit, then the same
+fit under ``joblib.parallel_config(backend="dask")`` on a ``LocalCluster``
+of 2 worker processes with one thread each (the row blocks live on the
+workers); the largest difference of their held-out probabilities and the
+wall-time ratio local / cluster.  ``--budget`` (n = ``--large-n``, fixed
+kernel; ``--budget-optimised``: every GP learns its kernel): the sparse
+fit's wall time is the budget; exact TAP and scikit-learn's
+GaussianProcessClassifier are fitted on the first 500, 1000, 2000, ... rows
+while the next fit's time, extrapolated from the last two (cubic growth
+before there are two), stays within the budget, and the largest fit within
+it is scored; LogisticRegression and HistGradientBoosting on all rows.
+Run the heavy parts (``--dask``, ``--optimise --optimise-n 50000``) on a
+quiet machine with ``OPENBLAS_NUM_THREADS=1``.
 
 Through the estimator (commit 19def2b + the 'auto' default, idle: load 0.4,
 one BLAS thread), ``--large``: n = 2000 log-loss exact 0.4001, sparse

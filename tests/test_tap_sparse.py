@@ -15,6 +15,8 @@ import pytest
 from dask_helpers import local_dask_client
 from scipy.linalg import LinAlgError
 from scipy.stats import multivariate_normal
+from sklearn.gaussian_process.kernels import RBF as _RBF
+from sklearn.gaussian_process.kernels import ConstantKernel as _C
 
 from sklearn_meanfield.tap._core import (
     KernelPosterior,
@@ -655,3 +657,41 @@ def test_ep_and_gradient_with_blocks_on_a_dask_cluster_equal_the_local_ones():
     assert counts["_marginals_task"] == counts["_statistics_task"]
     assert counts["_gradient_task"] == 5
     assert len(workers) == 2
+
+
+@pytest.mark.parametrize(
+    "kernel_factory",
+    [
+        lambda: _C(1.7) * _RBF([0.8, 1.3]),
+        lambda: _RBF(0.9) * _C(0.6),
+        lambda: _RBF([0.7, 1.1]),
+        lambda: _C(1.7, "fixed") * _RBF([0.8, 1.3]),
+        lambda: _C(1.7) * _RBF(0.8, "fixed"),
+    ],
+)
+def test_rbf_gradients_by_matrix_products_equal_the_derivative_arrays(
+    kernel_factory, monkeypatch
+):
+    # The fast path (W = G_nm * K_nm contracted with the inputs) against the
+    # general one (arrays of kernel derivatives, themselves checked against
+    # scikit-learn's and central differences above), at random adjoints.
+    from sklearn_meanfield.tap import _sparse
+
+    kernel = kernel_factory()
+    rng = np.random.default_rng(3)
+    X, Z = rng.normal(size=(37, 2)), rng.normal(size=(6, 2))
+    G_mm = rng.normal(size=(6, 6))
+    adjoints = (G_mm + G_mm.T, rng.normal(size=(37, 6)), rng.normal(size=37))
+    assert _sparse._rbf_parts(kernel) is not None
+    fast_theta = fitc_kernel_gradient(adjoints, kernel, X, Z)
+    fast_Z = fitc_kernel_inducing_gradient(adjoints, kernel, X, Z)
+    monkeypatch.setattr(_sparse, "_rbf_parts", lambda kernel: None)
+    np.testing.assert_allclose(
+        fast_theta, fitc_kernel_gradient(adjoints, kernel, X, Z, block_size=10),
+        rtol=1e-11, atol=1e-12,
+    )  # fmt: skip
+    np.testing.assert_allclose(
+        fast_Z, fitc_kernel_inducing_gradient(adjoints, kernel, X, Z, block_size=10),
+        rtol=1e-11, atol=1e-12,
+    )  # fmt: skip
+    assert len(fast_theta) == kernel.n_dims

@@ -28,7 +28,13 @@ determinant lemma).  Nothing of size ``n x n`` appears: ``U^T G U`` and
 (:func:`block_site_statistics`), the marginals are computed block by block
 (:func:`block_marginals`), so a sweep costs ``O(n m^2)`` time and ``O(n m)``
 memory (the whitened ``U``), and only ``m x m`` summaries need to travel
-when the blocks live elsewhere.
+when the blocks live elsewhere.  Every pass over the rows is a map of a
+block task over the blocks (:class:`LocalBlocks`: here, one after the
+other; :class:`DaskBlocks`: on the workers of a Dask cluster, where each
+block is whitened and stays), with the sums taken in block order by the
+caller, so both give the same numbers.  EP's sweep is parallel over sites
+(every cavity comes from the same posterior), so the block partition does
+not change the iteration either.
 
 The EP loop of :mod:`._core` runs on :class:`FITCPosterior` unchanged.  Its
 cavities are the leave-one-out predictive distributions of the sparse model
@@ -1242,6 +1248,9 @@ def _rows_kernel_gradient(G_nm, g_nn, kernel, X, Z, block_size=None):
     contracted with the derivatives of ``K_nm`` and the prior variances, in
     sub-blocks of ``block_size`` rows (None: about 8 MiB of derivatives)."""
     m = len(Z)
+    parts = _rbf_parts(kernel)
+    if parts is not None:  # the common case, by matrix products
+        return _rbf_rows_theta_gradient(parts, G_nm, g_nn, kernel, X, Z)
     gradient = np.zeros(kernel.n_dims)
     try:
         _theta_gradient(kernel, Z[:1], Z[:1])
@@ -1503,8 +1512,63 @@ def _inducing_mm_gradient(G_mm, kernel, Z):
 def _rows_inducing_gradient(G_nm, kernel, X, Z, block_size=None):
     """The rows' share (``K_nm``'s) of the gradient in ``Z``, in sub-blocks
     of ``block_size`` rows (None: ``m``)."""
+    parts = _rbf_parts(kernel)
+    if parts is not None:  # the common case, by matrix products
+        W = G_nm * kernel(X, Z)
+        length = np.asarray(parts[1].length_scale, dtype=float)
+        return (W.T @ X - np.sum(W, axis=0)[:, None] * Z) / length**2
     gradient = np.zeros(np.shape(Z))
     for block in _blocks(len(X), block_size or len(Z)):
         K_dZ = kernel_second_argument_gradient(kernel, X[block], Z)
         gradient += np.einsum("ij,ijk->jk", G_nm[block], K_dZ)
     return gradient
+
+
+def _rbf_parts(kernel):
+    """``(constant, rbf, constant_first)`` when ``kernel`` is an ``RBF`` or a
+    product of a ``ConstantKernel`` and an ``RBF`` (either order; Matern, a
+    subclass, excluded), else None.
+
+    For these the evidence gradient's contractions with the derivatives of
+    ``K_nm`` are matrix products of ``W = G_nm * K_nm`` with the inputs:
+    ``O(b m d)`` in BLAS instead of ``(b, m, d)`` arrays of derivatives
+    (which took three quarters of an evaluation of the search at n = 10,000,
+    m = 256, d = 4 with the inducing inputs learned).
+    """
+    from sklearn.gaussian_process import kernels as k
+
+    if type(kernel) is k.RBF:
+        return None, kernel, True
+    if type(kernel) is k.Product:
+        a, b = kernel.k1, kernel.k2
+        if type(a) is k.ConstantKernel and type(b) is k.RBF:
+            return a, b, True
+        if type(a) is k.RBF and type(b) is k.ConstantKernel:
+            return b, a, False
+    return None
+
+
+def _rbf_rows_theta_gradient(parts, G_nm, g_nn, kernel, X, Z):
+    """:func:`_rows_kernel_gradient` for the kernels of :func:`_rbf_parts`.
+
+    With ``W = G_nm * K_nm``: ``d/d log c`` is ``sum W + g_nn . k(x, x)``
+    and ``d/d log l_k`` is ``sum_ij W_ij (x_ik - z_jk)^2 / l_k^2``, expanded
+    into ``(W 1) . x_k^2 - 2 x_k . (W z_k) + (1^T W) . z_k^2``.
+    """
+    constant, rbf, constant_first = parts
+    W = G_nm * kernel(X, Z)
+    columns = {}
+    if constant is not None and not constant.hyperparameter_constant_value.fixed:
+        columns["constant"] = [np.sum(W) + g_nn @ kernel.diag(X)]
+    if not rbf.hyperparameter_length_scale.fixed:
+        length = np.asarray(rbf.length_scale, dtype=float)
+        per_dimension = (
+            np.sum(W, axis=1) @ X**2
+            - 2.0 * np.sum(X * (W @ Z), axis=0)
+            + np.sum(W, axis=0) @ Z**2
+        ) / length**2
+        if not rbf.anisotropic:
+            per_dimension = [np.sum(per_dimension)]
+        columns["rbf"] = per_dimension
+    order = ("constant", "rbf") if constant_first else ("rbf", "constant")
+    return np.concatenate([np.zeros(0)] + [columns[n] for n in order if n in columns])
