@@ -294,7 +294,10 @@ def run_chains(posterior, seeds, settings, on_iteration=None):
     find the data; then every iteration is a Gibbs step of the precisions, the
     rescaling moves and an HMC trajectory
     (:func:`~sklearn_meanfield.hmc._transition.transition`).  The step size
-    and the rescaling moves adapt during warm-up and are frozen afterwards.
+    and the rescaling moves adapt during warm-up and are frozen afterwards;
+    with ``settings.sampler == "chees"`` so does each chain's trajectory
+    length, and every iteration's number of leapfrog steps is jittered
+    (:meth:`~sklearn_meanfield.hmc._transition.WarmupAdaptation.n_leapfrog`).
 
     Parameters
     ----------

@@ -9,7 +9,8 @@ The sampler is split the way BlackJAX splits its kernels from its drivers:
   precisions, the two rescaling moves, one HMC trajectory) and reports what
   happened in a :class:`ChainInfo`.
 * :class:`WarmupAdaptation` holds what warm-up tunes (the step-size multiplier
-  by dual averaging, the rescaling moves' proposal sds) and hands it to
+  by dual averaging, the rescaling moves' proposal sds, and for the adaptive
+  sampler each chain's trajectory length by the ChEES criterion) and hands it to
   :func:`transition` as a :class:`Tuning`; frozen after warm-up, so that the
   chains are exact while they sample.
 
@@ -24,6 +25,9 @@ hyperparameters between trajectories, step sizes from the hyperparameters).
 
 Hoffman, M. D. and Gelman, A. (2014). The No-U-Turn sampler. Journal of Machine
 Learning Research, 15, 1593-1623 (dual averaging, section 3.2).
+
+Hoffman, M. D., Radul, A. and Sountsov, P. (2021). An adaptive MCMC scheme for
+setting trajectory lengths in Hamiltonian Monte Carlo. AISTATS, PMLR 130.
 """
 
 from dataclasses import dataclass, field
