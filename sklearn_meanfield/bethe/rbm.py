@@ -135,7 +135,7 @@ class BetheRBM(
     next, so an update costs a few sweeps.  With the default
     ``method="relaxed"`` (the large-N form of belief propagation on the dense
     RBM, i.e. the second-order TAP equations) a sweep is four matrix-vector
-    products and an epoch costs 0.7-1.9 times BernoulliRBM's (at most 1.5
+    products and an epoch costs 0.7-2.1 times BernoulliRBM's (at most 1.5
     from 256 hidden or 784 visible units).
 
     :meth:`transform` and :meth:`gibbs` accept any values, as BernoulliRBM's
@@ -183,7 +183,7 @@ class BetheRBM(
         Krzakala, and the TAP free energy for ``log Z``; it agrees with
         ``"bipartite"`` up to ``O(1/n)`` per unit, and a sweep is four
         matrix-vector products with ``W`` and ``W**2``.  It is the default:
-        an epoch costs 0.7-1.9 times BernoulliRBM's, and on binarised digits
+        an epoch costs 0.7-2.1 times BernoulliRBM's, and on binarised digits
         (64 and 784 visible units) its held-out log-likelihood is above
         BernoulliRBM's on average over seeds
         (``benchmarks/bench_bethe_rbm.py``, user guide).
