@@ -511,7 +511,9 @@ def part_budget(kernel, n=50_000, m=256, optimise=False):
         best, tried = largest_within(timed, n, budget)
         sizes = ", ".join(f"{size}: {seconds:.1f} s" for size, seconds in tried)
         print(f"  {name}: doubling from 500 rows ({sizes})")
-        if best is not None:
+        if best is None:
+            print(f"  {name}: not even 500 rows fit within the budget")
+        else:
             size, seconds, model = best
             rows.append((f"{name}, n={size}", positive(model, X_test), seconds))
     for name, model in [
