@@ -29,6 +29,7 @@ __all__ = [
     "blas_threads_for_matrix",
     "blas_threads_for_work",
     "blas_threads_per_worker",
+    "dask_client",
     "factorisation_flops",
     "draw_seeds",
     "run_parallel",
@@ -357,8 +358,23 @@ def _concurrency(parallel, n_jobs, n_tasks):
     return max(1, min(int(n_workers), n_tasks))
 
 
-def _dask_client(parallel):
-    """The Dask client behind ``parallel``'s backend, outside Dask workers."""
+def dask_client(parallel=None):
+    """The Dask client behind a joblib backend, or None.
+
+    Parameters
+    ----------
+    parallel : joblib.Parallel, default=None
+        Whose backend to read; None reads the active ``parallel_config``.
+
+    Returns
+    -------
+    client : distributed.Client or None
+        The client when the backend is joblib's Dask backend and this code
+        runs outside a Dask task; None for any other backend, or inside a
+        task (nested work then goes through joblib, not a direct gather).
+    """
+    if parallel is None:
+        parallel = Parallel()
     backend = getattr(parallel, "_backend", None)
     if type(backend).__name__ != "DaskDistributedBackend":
         return None
@@ -419,7 +435,7 @@ def _dispatch(function, calls, *, n_jobs, verbose, prefer):
     parallel = Parallel(n_jobs=n_jobs, verbose=verbose, prefer=prefer)
     n_workers = _concurrency(parallel, n_jobs, len(calls))
     caller_pid = os.getpid()
-    client = _dask_client(parallel)
+    client = dask_client(parallel)
 
     def run():
         if client is not None:

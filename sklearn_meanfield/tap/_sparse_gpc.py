@@ -70,7 +70,6 @@ __all__ = [
     "KMEANS_EXACT_MAX_SAMPLES",
     "InducingOptions",
     "check_sparse_fit_memory",
-    "dask_client",
     "row_blocks",
     "SparseBinaryFit",
     "fit_sparse_binary",
@@ -198,16 +197,6 @@ def check_sparse_fit_memory(n, m, n_features, n_params, n_concurrent=1):
         f"A sparse Gaussian-process fit on {n} samples with {m} inducing points",
         advice="Use fewer inducing points (n_inducing) or fewer n_jobs.",
     )
-
-
-def dask_client():
-    """The Dask client of joblib's active ``"dask"`` backend, or None (any
-    other backend, or inside a Dask task)."""
-    from joblib import Parallel
-
-    from .._parallel import _dask_client
-
-    return _dask_client(Parallel())
 
 
 def row_blocks(n, m, client=None, block_size=None):

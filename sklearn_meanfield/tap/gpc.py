@@ -24,7 +24,7 @@ from sklearn.utils.validation import (
 )
 
 from .._base import atomic_fit
-from .._parallel import N_JOBS_CONSTRAINT, draw_seeds, run_parallel
+from .._parallel import N_JOBS_CONSTRAINT, dask_client, draw_seeds, run_parallel
 from .._progress import CallbackSupportMixin, fit_progress
 from ._binary_gpc import (
     LABEL_NOISE_BOUNDS,
@@ -48,7 +48,6 @@ from ._multiclass import (
 from ._sparse_gpc import (
     InducingOptions,
     check_sparse_fit_memory,
-    dask_client,
     fit_sparse_binary,
 )
 from ._sparse_gpc import log_evidence as sparse_log_evidence
