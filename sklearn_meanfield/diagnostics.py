@@ -42,6 +42,7 @@ Learning, 872-879.
 """
 
 import warnings
+from functools import partial
 from numbers import Integral, Real
 from typing import NamedTuple
 
@@ -62,12 +63,16 @@ from .bethe._exact import (
     exact_moments,
     free_energy,
 )
-from .bethe._message_passing import METHODS as _BETHE_FORMS
+from .bethe._message_passing import METHODS as _MESSAGE_FORMS
 from .bethe._message_passing import bethe_solve, stability
 from .bethe._multistate import clamped_log_partition, model_seeds
+from .bethe._relaxed import relaxed_solve, relaxed_stability
 from .bethe._sampling import gibbs_moments
 from .hmc._diagnostics import effective_sample_size as _effective_sample_size
 from .hmc._diagnostics import split_rhat as _split_rhat
+
+# Forms of the Bethe equations, as BetheRBM's ``method``.
+_BETHE_FORMS = (*_MESSAGE_FORMS, "relaxed")
 
 __all__ = [
     "MAX_ENUMERATED_UNITS",
@@ -552,11 +557,13 @@ def rbm_bethe_solve(
         ``components_``, ``intercept_visible_`` and ``intercept_hidden_``), or
         ``(components, intercept_visible, intercept_hidden)`` of shapes
         ``(n_hidden, n_visible)``, ``(n_visible,)``, ``(n_hidden,)``.
-    bethe_form : {"bipartite", "gaussian"}, default="bipartite"
+    bethe_form : {"bipartite", "gaussian", "relaxed"}, default="bipartite"
         Form of message passing, as :class:`~sklearn_meanfield.BetheRBM`'s
         ``method``: ``"bipartite"`` passes messages both ways between the
         layers; ``"gaussian"`` is the paper's eq. (3), hidden units summed out
-        with Gaussian cavity fields.
+        with Gaussian cavity fields; ``"relaxed"`` is their large-N limit,
+        the second-order TAP equations on node means (its ``stability`` is
+        the growth factor of the linearised TAP iteration).
     damping : float in [0, 1), default=0.5
         Fraction of the old message kept at each update; damping helps
         convergence near the instability.
@@ -612,11 +619,15 @@ def rbm_bethe_solve(
     if not (isinstance(tol, Real) and tol > 0):
         raise ValueError(f"tol must be positive, got {tol!r}.")
     _check_positive_int(max_sweeps, "max_sweeps")
-    solution = bethe_solve(
+    solve = (
+        relaxed_solve
+        if bethe_form == "relaxed"
+        else partial(bethe_solve, method=bethe_form)
+    )
+    solution = solve(
         weights,
         visible_bias,
         hidden_bias,
-        method=bethe_form,
         damping=float(damping),
         tol=float(tol),
         max_sweeps=int(max_sweeps),
@@ -628,9 +639,12 @@ def rbm_bethe_solve(
             "damping or max_sweeps.",
             ConvergenceWarning,
         )
-    lam = stability(
-        weights, visible_bias, hidden_bias, solution.messages, method=bethe_form
-    )
+    if bethe_form == "relaxed":
+        lam = relaxed_stability(weights, solution.messages)
+    else:
+        lam = stability(
+            weights, visible_bias, hidden_bias, solution.messages, method=bethe_form
+        )
     return BetheResult(
         float(solution.log_z),
         solution.mean_visible,
@@ -767,7 +781,7 @@ def rbm_log_partition(
         Murray 2008), a stochastic estimate for any size whose exponential
         is unbiased for ``Z`` (so ``log Z`` is biased low, by about half its
         variance).
-    bethe_form : {"bipartite", "gaussian"}, default="bipartite"
+    bethe_form : {"bipartite", "gaussian", "relaxed"}, default="bipartite"
         Form of message passing for ``method="bethe"`` (ignored otherwise;
         ``"bethe-multi"`` uses the bipartite form).
     base_rates : {array-like, sparse matrix} of shape (n_samples, n_visible), \
@@ -992,7 +1006,7 @@ def rbm_log_likelihood(
         Visible states, values in [0, 1].
     method : {"exact", "bethe", "bethe-multi", "ais"}, default="exact"
         How ``log Z`` is computed, see :func:`rbm_log_partition`.
-    bethe_form : {"bipartite", "gaussian"}, default="bipartite"
+    bethe_form : {"bipartite", "gaussian", "relaxed"}, default="bipartite"
         Form of message passing for ``method="bethe"`` (ignored otherwise).
     base_rates : {array-like, sparse matrix} of shape (n_samples, n_visible), \
             default=None

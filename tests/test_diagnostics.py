@@ -387,7 +387,7 @@ def test_bethe_is_exact_without_couplings():
     b, c = rng.normal(size=6), rng.normal(size=4)
     params = (np.zeros((4, 6)), b, c)
     independent = np.logaddexp(0, b).sum() + np.logaddexp(0, c).sum()
-    for form in ("bipartite", "gaussian"):
+    for form in ("bipartite", "gaussian", "relaxed"):
         value = rbm_log_partition(params, method="bethe", bethe_form=form)
         assert value == pytest.approx(independent, rel=1e-12)
     assert rbm_log_partition(params) == pytest.approx(independent, rel=1e-12)
@@ -408,7 +408,7 @@ def test_bethe_is_exact_on_a_tree():
         np.testing.assert_allclose(getattr(result, name), ref[name], atol=1e-9)
 
 
-@pytest.mark.parametrize("form", ["bipartite", "gaussian"])
+@pytest.mark.parametrize("form", ["bipartite", "gaussian", "relaxed"])
 def test_bethe_close_at_weak_coupling(form):
     # Loops, weak couplings: the Bethe error is of order W^4 per loop.
     rng = np.random.RandomState(12)
@@ -431,6 +431,25 @@ def test_bethe_of_a_fitted_betherbm_is_its_own_estimate():
     )
     np.testing.assert_allclose(
         rbm_log_likelihood(model, X, method="bethe"),
+        model.score_samples(X),
+        atol=1e-6,
+    )
+
+
+def test_relaxed_form_of_a_fitted_relaxed_betherbm_is_its_own_estimate():
+    # bethe_form="relaxed" solves the TAP equations from cold means; a model
+    # trained with method="relaxed" on weakly coupled data sits at the same
+    # (unique) fixed point, warm-started.
+    X = _tiny_data()
+    model = BetheRBM(
+        n_components=3, learning_rate=0.1, n_iter=20, random_state=0, method="relaxed"
+    ).fit(X)
+    result = rbm_bethe_solve(model, bethe_form="relaxed", tol=1e-10)
+    assert result.converged
+    assert result.log_z == pytest.approx(model.log_partition_function(), abs=1e-6)
+    assert result.stability == pytest.approx(model.stability_, rel=1e-3)
+    np.testing.assert_allclose(
+        rbm_log_likelihood(model, X, method="bethe", bethe_form="relaxed"),
         model.score_samples(X),
         atol=1e-6,
     )
