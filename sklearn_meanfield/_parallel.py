@@ -372,6 +372,14 @@ def dask_client(parallel=None):
         The client when the backend is joblib's Dask backend and this code
         runs outside a Dask task; None for any other backend, or inside a
         task (nested work then goes through joblib, not a direct gather).
+
+    Examples
+    --------
+    >>> from joblib import parallel_config
+    >>> from sklearn_meanfield._parallel import dask_client
+    >>> with parallel_config(backend="threading"):
+    ...     print(dask_client())
+    None
     """
     if parallel is None:
         parallel = Parallel()
