@@ -1,6 +1,7 @@
 """The adaptive (ChEES) sampler: invariance, detailed balance, batching, ArviZ."""
 
 import sys
+import types
 import warnings
 
 import numpy as np
@@ -346,7 +347,20 @@ def test_to_inference_data_without_arviz_says_how_to_get_it(
 ):
     model, _, _ = fitted_two_outputs
     monkeypatch.setitem(sys.modules, "arviz", None)
-    with pytest.raises(ImportError, match="pip install arviz"):
+    with pytest.raises(ImportError, match="pip install 'arviz<1'"):
+        model.to_inference_data()
+
+
+def test_to_inference_data_refuses_arviz_1_and_names_the_way_out(
+    fitted_two_outputs, monkeypatch
+):
+    # ArviZ 1 changed from_dict (groups mapping, DataTree result): an
+    # informative error instead of a TypeError deep inside ArviZ.
+    model, _, _ = fitted_two_outputs
+    arviz_1 = types.ModuleType("arviz")
+    arviz_1.__version__ = "1.3.0"
+    monkeypatch.setitem(sys.modules, "arviz", arviz_1)
+    with pytest.raises(ImportError, match=r"ArviZ 1\.3\.0 is installed.*chain_draws"):
         model.to_inference_data()
 
 

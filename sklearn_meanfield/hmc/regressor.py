@@ -748,7 +748,10 @@ class HMCNetworkRegressor(
     def to_inference_data(self, X=None, y=None, random_state=None):
         """The draws as an ArviZ ``InferenceData``, for its plots and diagnostics.
 
-        Requires ArviZ (``pip install arviz``).
+        Requires ArviZ 0.x (``pip install "arviz<1"``, or the package's
+        ``arviz`` extra); with ArviZ 1, whose ``from_dict`` builds an xarray
+        ``DataTree`` from a mapping of groups, pass the arrays of
+        :meth:`chain_draws` to it instead.
 
         Parameters
         ----------
@@ -780,16 +783,25 @@ class HMCNetworkRegressor(
         Raises
         ------
         ImportError
-            When ArviZ is not installed.
+            When ArviZ is not installed, or its version is 1 or later.
         """
         try:
             import arviz
         except ImportError as exc:
             raise ImportError(
                 "HMCNetworkRegressor.to_inference_data needs ArviZ: "
-                "pip install arviz. The draws are available without it from "
-                "chain_draws()."
+                "pip install 'arviz<1'. The draws are available without it "
+                "from chain_draws()."
             ) from exc
+        if int(str(arviz.__version__).split(".")[0]) >= 1:
+            # ArviZ 1 replaced InferenceData by xarray's DataTree and changed
+            # from_dict's signature; this method builds the 0.x object.
+            raise ImportError(
+                f"HMCNetworkRegressor.to_inference_data builds an ArviZ 0.x "
+                f"InferenceData; ArviZ {arviz.__version__} is installed. Install "
+                "'arviz<1' (pip install \"sklearn-meanfield[arviz]\"), or pass "
+                "the arrays of chain_draws() to ArviZ 1's from_dict."
+            )
         draws = self.chain_draws()
         n_chains, n_kept = draws["parameters"].shape[:2]
         layout = self._layout
