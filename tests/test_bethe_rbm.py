@@ -401,7 +401,7 @@ def _fitted_small(dtype=np.float64, method="relaxed"):
 # (right after each parameter update), the final full solve and the
 # stability factor.
 INTERRUPT_POINTS = [
-    ("sklearn_meanfield.bethe._learning.gibbs_hidden_step", "relaxed"),
+    ("sklearn_meanfield.bethe._learning.augmented_gibbs_step", "relaxed"),
     ("sklearn_meanfield.bethe._learning.gibbs_hidden_step", "bipartite"),
     ("sklearn_meanfield.bethe.rbm.relaxed_solve", "relaxed"),
     ("sklearn_meanfield.bethe.rbm.relaxed_stability", "relaxed"),
@@ -463,7 +463,7 @@ def test_interrupted_refit_keeps_the_previous_fit(monkeypatch, where, method, er
     module, name = where.rsplit(".", 1)
     original = getattr(__import__(module, fromlist=[name]), name)
     # The chains step once per batch: fail in the middle of the second epoch.
-    fail_at = 6 if name == "gibbs_hidden_step" else 1
+    fail_at = 6 if name in ("gibbs_hidden_step", "augmented_gibbs_step") else 1
     calls = []
 
     def fail_late(*args, **kwargs):

@@ -25,6 +25,7 @@ from sklearn_meanfield.bethe._relaxed import (
     relaxed_stability,
     relaxed_sweep,
 )
+from sklearn_meanfield.bethe._sampling import gibbs_hidden_step, uniform_rows
 
 
 def dense_rbm(n_visible, n_hidden, gain, seed):
@@ -175,6 +176,20 @@ def test_fast_iteration_equals_the_reference_sweep():
             W, W2, b, c, _after(W, W2, b, c, 4, damping), damping
         )
         assert delta == pytest.approx(last_delta, rel=1e-9)
+        # With the caller's variance arrays: the same means, and the arrays
+        # left holding the final means' variances.
+        visible, hidden = (
+            np.append(cold_state(7, 12)[0], 1),
+            np.append(0.5 * np.ones(7), 1),
+        )
+        var_v, var_h = np.full(12, 0.25), np.full(7, np.nan)
+        shared_delta = augmented_sweeps(
+            augmented, W2, visible, hidden, 5, damping, variances=(var_v, var_h)
+        )
+        assert shared_delta == delta
+        np.testing.assert_allclose(visible[:12], state[0], rtol=1e-13, atol=1e-14)
+        np.testing.assert_allclose(var_v, state[0] * (1 - state[0]), rtol=1e-12)
+        np.testing.assert_allclose(var_h, state[1] * (1 - state[1]), rtol=1e-12)
 
 
 def test_stability_is_the_large_n_limit_of_the_bipartite_one():
@@ -243,6 +258,84 @@ def test_training_epoch_is_the_plain_gradient_step(sparse):
     for a, b_ in zip(fast_state, plain_state):
         np.testing.assert_allclose(a, b_, rtol=1e-12, atol=1e-13)
     assert n_unconverged == len(slices)
+
+
+def _digits_epoch_inputs(n_hidden=9, n_samples=95):
+    X, _ = load_digits(return_X_y=True)
+    X = (X[:n_samples] > 7).astype(float)
+    rng = np.random.RandomState(0)
+    params = (
+        rng.normal(0, 0.3, (n_hidden, 64)),
+        rng.normal(0, 0.1, 64),
+        np.zeros(n_hidden),
+    )
+    slices = [slice(i, min(i + 10, n_samples)) for i in range(0, n_samples, 10)]
+    return X, slices, params
+
+
+def test_training_epoch_chains_are_gibbs_steps_at_each_update():
+    # Reference: the epoch without chains, recording the parameters after
+    # every update (a one-batch epoch each), and gibbs_hidden_step at them,
+    # drawing its uniforms one step at a time from its own generator.
+    X, slices, params = _digits_epoch_inputs()
+    settings = dict(learning_rate=0.1, damping=0.0, tol=1e-7, sweeps_per_update=6)
+    chain = (np.random.RandomState(5).uniform(size=(10, 9)) < 0.5).astype(float)
+    plain, state = [a.copy() for a in params], cold_state(9, 64)
+    reference_rng, reference_chain = np.random.RandomState(7), chain
+    for batch in slices:
+        state, _, _ = relaxed_training_epoch(X, [batch], *plain, state, **settings)
+        reference_chain = gibbs_hidden_step(reference_chain, *plain, reference_rng)
+    fast, rng = [a.copy() for a in params], np.random.RandomState(7)
+    _, fast_chain, _ = relaxed_training_epoch(
+        X,
+        slices,
+        *fast,
+        cold_state(9, 64),
+        **settings,
+        hidden_chain=chain,
+        random_state=rng,
+    )
+    np.testing.assert_array_equal(fast_chain, reference_chain)
+    assert 0 < fast_chain.mean() < 1
+    # The generator is left where one draw per layer and step leaves it.
+    assert rng.uniform() == reference_rng.uniform()
+
+
+def test_training_epoch_parameters_do_not_depend_on_the_chains():
+    # The chains are for sampling only: no chains, or chains driven by
+    # different generators, give bit-identical parameters and means.
+    X, slices, params = _digits_epoch_inputs(n_hidden=12)
+    settings = dict(learning_rate=0.1, damping=0.0, tol=1e-7, sweeps_per_update=6)
+    results, chains = [], []
+    for seed in (None, 0, 1):
+        fitted = [a.copy() for a in params]
+        state, chain, _ = relaxed_training_epoch(
+            X,
+            slices,
+            *fitted,
+            cold_state(12, 64),
+            **settings,
+            hidden_chain=None if seed is None else np.zeros((10, 12)),
+            random_state=None if seed is None else np.random.RandomState(seed),
+        )
+        results.append([*fitted, *state])
+        chains.append(chain)
+    for other in results[1:]:
+        for a, b_ in zip(other, results[0]):
+            np.testing.assert_array_equal(a, b_)
+    assert chains[0] is None and not np.array_equal(chains[1], chains[2])
+
+
+@pytest.mark.parametrize("max_bytes", [16, 8 * 6 * 4, 1 << 18])
+def test_uniform_rows_are_the_stream_of_single_draws(max_bytes):
+    # Blocks of 1, 4 and all rows: always the rows of one draw per row, and
+    # the generator left where those draws leave it.
+    rng, single = np.random.RandomState(3), np.random.RandomState(3)
+    rows = list(uniform_rows(rng, 10, 6, max_bytes=max_bytes))
+    assert len(rows) == 10
+    for row in rows:
+        np.testing.assert_array_equal(row, single.uniform(size=6))
+    assert rng.uniform() == single.uniform()
 
 
 def test_partial_fit_is_one_relaxed_gradient_step():

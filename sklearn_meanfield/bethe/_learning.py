@@ -24,7 +24,7 @@ from sklearn.utils.extmath import safe_sparse_dot
 
 from ._message_passing import bethe_solve
 from ._relaxed import augmented_sweeps
-from ._sampling import gibbs_hidden_step
+from ._sampling import augmented_gibbs_step, gibbs_hidden_step, uniform_rows
 
 __all__ = ["bethe_training_epoch", "positive_phase", "relaxed_training_epoch"]
 
@@ -193,6 +193,9 @@ def relaxed_training_epoch(
     visible = np.append(state[0], 1.0)
     hidden_state = np.append(state[1], 1.0)
     m_v, m_h = visible[:n_visible], hidden_state[:n_hidden]
+    # The means' variances, kept up to date by the sweeps and shared with the
+    # Onsager part of the step (the means do not move in the step).
+    var_v, var_h = m_v - m_v * m_v, np.empty(n_hidden)
     # Rows [batch, 1] and one row [m_v, 1] on the right; on the left the
     # data rows weighted lr / n and the model row -lr: one product then adds
     # lr (<h v^T>_data - m_h m_v^T) to W and the two bias steps to b and c.
@@ -200,9 +203,25 @@ def relaxed_training_epoch(
     left_rows = np.empty((n_rows, n_hidden + 1))
     right_rows = np.ones((n_rows, n_visible + 1))
     sparse = sp.issparse(X)
+    if hidden_chain is not None:
+        # The chains on augmented arrays too, [v, 1] and [h, 1], with their
+        # uniforms drawn in blocks (the same stream as two draws per step).
+        n_chains = hidden_chain.shape[0]
+        chain_visible = np.ones((n_chains, n_visible + 1))
+        chain_hidden = np.ones((n_chains, n_hidden + 1))
+        chain_hidden[:, :n_hidden] = hidden_chain
+        uniforms = uniform_rows(
+            random_state, len(batch_slices), n_chains * (n_visible + n_hidden)
+        )
     for batch in batch_slices:
         delta = augmented_sweeps(
-            augmented, weights_sq, visible, hidden_state, sweeps_per_update, damping
+            augmented,
+            weights_sq,
+            visible,
+            hidden_state,
+            sweeps_per_update,
+            damping,
+            variances=(var_v, var_h),
         )
         n_unconverged += not delta < tol
         n_batch = batch.stop - batch.start
@@ -216,7 +235,7 @@ def relaxed_training_epoch(
         left[:n_batch, n_hidden] = lr / n_batch
         np.multiply(hidden_state, -lr, out=left[n_batch])
         # W *= 1 - lr var_h var_v^T (the Onsager part of the negative phase)
-        np.multiply.outer(-lr * (m_h - m_h * m_h), m_v - m_v * m_v, out=onsager)
+        np.multiply.outer(-lr * var_h, var_v, out=onsager)
         onsager += 1.0
         W *= onsager
         # The augmented matrix is C-contiguous: its transpose is F-contiguous
@@ -224,7 +243,9 @@ def relaxed_training_epoch(
         _gemm_accumulate(right.T, left.T, augmented.T)
         np.multiply(W, W, out=weights_sq)
         if hidden_chain is not None:
-            hidden_chain = gibbs_hidden_step(hidden_chain, W, b, c, random_state)
+            augmented_gibbs_step(chain_visible, chain_hidden, augmented, next(uniforms))
+    if hidden_chain is not None:
+        hidden_chain = chain_hidden[:, :n_hidden].copy()
     weights[...] = W
     visible_bias[...] = b
     hidden_bias[...] = c

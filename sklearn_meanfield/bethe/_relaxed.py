@@ -182,14 +182,17 @@ def relaxed_iterate(
     return (m_v, m_h), max_sweeps, False
 
 
-def augmented_sweeps(augmented, weights_sq, visible, hidden, n_sweeps, damping):
+def augmented_sweeps(
+    augmented, weights_sq, visible, hidden, n_sweeps, damping, *, variances=None
+):
     """:func:`relaxed_sweep` ``n_sweeps`` times on bias-augmented arrays, in place.
 
     The training loop's kernel.  ``augmented`` is
     ``[[W, c], [b^T, 0]]`` of shape ``(n_hidden + 1, n_visible + 1)`` and the
     means carry a trailing 1, so that ``W m_v + c`` and ``W^T m_h + b`` are one
     matrix-vector product each: on small models a sweep's cost is the number
-    of numpy calls, which this cuts.
+    of numpy calls, which this cuts (preallocated work arrays, products written
+    in place, the variances shared with the caller's gradient step).
 
     Parameters
     ----------
@@ -203,6 +206,11 @@ def augmented_sweeps(augmented, weights_sq, visible, hidden, n_sweeps, damping):
     n_sweeps : int
         Sweeps to run (at least 1).
     damping : float in [0, 1)
+    variances : tuple of two ndarrays or None, default=None
+        Work arrays ``(var_v, var_h)`` of shapes ``(n_visible,)`` and
+        ``(n_hidden,)``; ``var_v`` must hold ``m_v (1 - m_v)`` on entry.  On
+        return they hold the variances of the new means (the gradient step
+        needs them).  None computes ``var_v`` here.
 
     Returns
     -------
@@ -213,30 +221,59 @@ def augmented_sweeps(augmented, weights_sq, visible, hidden, n_sweeps, damping):
     rows_hidden = augmented[:n_hidden]
     columns_visible = augmented[:, :n_visible]
     m_v, m_h = visible[:n_visible], hidden[:n_hidden]
+    if variances is None:
+        var_v, var_h = np.empty(n_visible), np.empty(n_hidden)
+        np.multiply(m_v, m_v, out=var_v)
+        np.subtract(m_v, var_v, out=var_v)
+    else:
+        var_v, var_h = variances
+    onsager_h, field_h = np.empty(n_hidden), np.empty(n_hidden)
+    onsager_v, field_v = np.empty(n_visible), np.empty(n_visible)
+    change = np.empty(n_hidden + n_visible)
+    keep = 1.0 - damping
     for sweep in range(n_sweeps):
-        if sweep == n_sweeps - 1:
-            previous_v, previous_h = m_v.copy(), m_h.copy()
-        onsager = weights_sq @ (m_v - m_v * m_v)
-        onsager *= m_h - 0.5
-        field = rows_hidden @ visible
-        field -= onsager
+        last = sweep == n_sweeps - 1
+        # Hidden layer: sigmoid(W m_v + c - (m_h - 1/2) W**2 var_v).
+        np.dot(weights_sq, var_v, out=onsager_h)
+        np.subtract(m_h, 0.5, out=field_h)
+        onsager_h *= field_h
+        # Undamped, all but the last sweep write the means directly; the
+        # last keeps the old ones for its change.
+        target = field_h if damping or last else m_h
+        np.dot(rows_hidden, visible, out=target)
+        target -= onsager_h
+        expit(target, out=target)
         if damping:
-            field = expit(field)
-            field -= m_h
-            m_h += (1.0 - damping) * field
-        else:
-            expit(field, out=m_h)
-        onsager = (m_h - m_h * m_h) @ weights_sq
-        onsager *= m_v - 0.5
-        field = hidden @ columns_visible
-        field -= onsager
+            field_h -= m_h
+            field_h *= keep
+            if last:
+                change[:n_hidden] = field_h
+            m_h += field_h
+        elif last:
+            np.subtract(field_h, m_h, out=change[:n_hidden])
+            m_h[...] = field_h
+        np.multiply(m_h, m_h, out=var_h)
+        np.subtract(m_h, var_h, out=var_h)
+        # Visible layer: sigmoid(W^T m_h + b - (m_v - 1/2) W**2^T var_h).
+        np.dot(var_h, weights_sq, out=onsager_v)
+        np.subtract(m_v, 0.5, out=field_v)
+        onsager_v *= field_v
+        target = field_v if damping or last else m_v
+        np.dot(hidden, columns_visible, out=target)
+        target -= onsager_v
+        expit(target, out=target)
         if damping:
-            field = expit(field)
-            field -= m_v
-            m_v += (1.0 - damping) * field
-        else:
-            expit(field, out=m_v)
-    return float(max(np.abs(m_h - previous_h).max(), np.abs(m_v - previous_v).max()))
+            field_v -= m_v
+            field_v *= keep
+            if last:
+                change[n_hidden:] = field_v
+            m_v += field_v
+        elif last:
+            np.subtract(field_v, m_v, out=change[n_hidden:])
+            m_v[...] = field_v
+        np.multiply(m_v, m_v, out=var_v)
+        np.subtract(m_v, var_v, out=var_v)
+    return float(np.abs(change, out=change).max())
 
 
 def relaxed_log_z(weights, visible_bias, hidden_bias, state):

@@ -5,7 +5,9 @@ the paper's Fig. 4: many independent chains side by side (vectorised over
 chains), with Rao-Blackwellised averages (conditional probabilities instead of
 samples), which lowers their variance at no cost.  :func:`sample_bernoulli`
 and :func:`gibbs_hidden_step` are the single steps the estimator uses for
-:meth:`BetheRBM.gibbs` and its persistent chain ``h_samples_``.
+:meth:`BetheRBM.gibbs` and its persistent chain ``h_samples_``;
+:func:`augmented_gibbs_step` is that step for the relaxed training loop, on
+its bias-augmented arrays with uniforms drawn ahead (:func:`uniform_rows`).
 
 References
 ----------
@@ -17,7 +19,13 @@ import numpy as np
 from scipy.special import expit
 from sklearn.utils import check_random_state
 
-__all__ = ["gibbs_hidden_step", "gibbs_moments", "sample_bernoulli"]
+__all__ = [
+    "augmented_gibbs_step",
+    "gibbs_hidden_step",
+    "gibbs_moments",
+    "sample_bernoulli",
+    "uniform_rows",
+]
 
 
 def gibbs_moments(
@@ -119,3 +127,78 @@ def gibbs_hidden_step(hidden, weights, visible_bias, hidden_bias, rng):
     visible = sample_bernoulli(expit(hidden @ weights + visible_bias), rng)
     new_hidden = sample_bernoulli(expit(visible @ weights.T + hidden_bias), rng)
     return new_hidden.astype(float)
+
+
+def uniform_rows(rng, n_rows, size, max_bytes=1 << 18):
+    """Rows of ``size`` uniforms on [0, 1), drawn from ``rng`` in blocks.
+
+    The rows are the stream that ``n_rows`` calls ``rng.uniform(size=size)``
+    would give (a legacy ``RandomState`` draws its doubles in sequence, and
+    ``uniform`` on [0, 1) is ``random_sample``), with one generator call per
+    block of at most ``max_bytes`` instead of one per row: per-step draws
+    dominate a small model's chain step.  Blocks are drawn when first
+    reached, so the generator ends where ``n_rows`` single draws would leave it.
+
+    Parameters
+    ----------
+    rng : RandomState
+    n_rows : int
+    size : int
+        Uniforms per row.
+    max_bytes : int, default=256 KiB
+        Largest block.
+
+    Yields
+    ------
+    ndarray of shape (size,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.bethe._sampling import uniform_rows
+    >>> rows = list(uniform_rows(np.random.RandomState(0), 3, 2, max_bytes=16))
+    >>> single = np.random.RandomState(0)
+    >>> all(np.array_equal(r, single.uniform(size=2)) for r in rows)
+    True
+    """
+    per_block = max(1, max_bytes // (8 * max(size, 1)))
+    for start in range(0, n_rows, per_block):
+        yield from rng.random_sample((min(per_block, n_rows - start), size))
+
+
+def augmented_gibbs_step(visible, hidden, augmented, uniforms):
+    """:func:`gibbs_hidden_step` in place, on bias-augmented arrays.
+
+    With ``augmented = [[W, c], [b^T, 0]]`` and states carrying a trailing
+    column of ones, ``h W + b`` and ``v W^T + c`` are one product each, and
+    the draws compare with uniforms drawn ahead: four numpy calls and two
+    products per step, for the training loop's chains.
+
+    Parameters
+    ----------
+    visible : ndarray of shape (n_chains, n_visible + 1)
+        Work array whose last column is 1; its first ``n_visible`` columns
+        receive the visible draws (0.0 or 1.0).
+    hidden : ndarray of shape (n_chains, n_hidden + 1)
+        ``[h, 1]``, the chains' hidden states, overwritten with the new ones.
+    augmented : ndarray of shape (n_hidden + 1, n_visible + 1)
+    uniforms : ndarray of shape (n_chains * (n_visible + n_hidden),)
+        The visible draws' uniforms (row-major) then the hidden ones', the
+        order in which :func:`gibbs_hidden_step` takes them from its
+        generator, so both give the same chains.
+    """
+    n_chains = visible.shape[0]
+    n_visible, n_hidden = visible.shape[1] - 1, hidden.shape[1] - 1
+    split = n_chains * n_visible
+    probabilities = expit(hidden @ augmented[:, :n_visible])
+    np.less(
+        uniforms[:split].reshape(n_chains, n_visible),
+        probabilities,
+        out=visible[:, :n_visible],
+    )
+    probabilities = expit(visible @ augmented[:n_hidden].T)
+    np.less(
+        uniforms[split:].reshape(n_chains, n_hidden),
+        probabilities,
+        out=hidden[:, :n_hidden],
+    )
