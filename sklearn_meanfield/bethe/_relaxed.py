@@ -259,7 +259,8 @@ def augmented_sweeps(
         np.subtract(m_v, 0.5, out=field_v)
         onsager_v *= field_v
         target = field_v if damping or last else m_v
-        np.dot(hidden, columns_visible, out=target)
+        # matmul, not dot: dot would copy the strided columns first.
+        np.matmul(hidden, columns_visible, out=target)
         target -= onsager_v
         expit(target, out=target)
         if damping:
