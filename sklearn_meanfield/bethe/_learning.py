@@ -199,9 +199,8 @@ def relaxed_training_epoch(
     # Rows [batch, 1] and one row [m_v, 1] on the right; on the left the
     # data rows weighted lr / n and the model row -lr: one product then adds
     # lr (<h v^T>_data - m_h m_v^T) to W and the two bias steps to b and c.
-    n_rows = max(s.stop - s.start for s in batch_slices) + 1
-    left_rows = np.empty((n_rows, n_hidden + 1))
-    right_rows = np.ones((n_rows, n_visible + 1))
+    # One pair of work arrays per batch size, and their views, made once.
+    work = {}
     sparse = sp.issparse(X)
     if hidden_chain is not None:
         # The chains on augmented arrays too, [v, 1] and [h, 1], with their
@@ -213,6 +212,8 @@ def relaxed_training_epoch(
         uniforms = uniform_rows(
             random_state, len(batch_slices), n_chains * (n_visible + n_hidden)
         )
+    rows_hidden_t, augmented_t = augmented[:n_hidden].T, augmented.T
+    matmul, multiply = np.matmul, np.multiply
     for batch in batch_slices:
         delta = augmented_sweeps(
             augmented,
@@ -225,23 +226,31 @@ def relaxed_training_epoch(
         )
         n_unconverged += not delta < tol
         n_batch = batch.stop - batch.start
-        left, right = left_rows[: n_batch + 1], right_rows[: n_batch + 1]
-        right[:n_batch, :n_visible] = X[batch].toarray() if sparse else X[batch]
-        right[n_batch, :n_visible] = m_v
-        data_hidden = left[:n_batch, :n_hidden]
-        np.matmul(right[:n_batch], augmented[:n_hidden].T, out=data_hidden)
-        expit(data_hidden, out=data_hidden)
-        data_hidden *= lr / n_batch
-        left[:n_batch, n_hidden] = lr / n_batch
-        np.multiply(hidden_state, -lr, out=left[n_batch])
+        if n_batch not in work:
+            work[n_batch] = _step_arrays(n_batch, n_hidden, n_visible, lr)
+        (
+            left_t,
+            right_t,
+            right_batch,
+            right_data,
+            right_model,
+            data_hidden,
+            left_model,
+        ) = work[n_batch]
+        right_data[...] = X[batch].toarray() if sparse else X[batch]
+        right_model[...] = m_v
+        matmul(right_batch, rows_hidden_t, data_hidden)
+        expit(data_hidden, data_hidden)
+        multiply(data_hidden, lr / n_batch, data_hidden)
+        multiply(hidden_state, -lr, left_model)
         # W *= 1 - lr var_h var_v^T (the Onsager part of the negative phase)
-        np.multiply.outer(-lr * var_h, var_v, out=onsager)
+        multiply.outer(-lr * var_h, var_v, out=onsager)
         onsager += 1.0
         W *= onsager
         # The augmented matrix is C-contiguous: its transpose is F-contiguous
         # and dgemm accumulates into it without a copy.
-        _gemm_accumulate(right.T, left.T, augmented.T)
-        np.multiply(W, W, out=weights_sq)
+        _gemm_accumulate(right_t, left_t, augmented_t)
+        multiply(W, W, weights_sq)
         if hidden_chain is not None:
             augmented_gibbs_step(chain_visible, chain_hidden, augmented, next(uniforms))
     if hidden_chain is not None:
@@ -252,8 +261,33 @@ def relaxed_training_epoch(
     return (m_v.copy(), m_h.copy()), hidden_chain, n_unconverged
 
 
+def _step_arrays(n_batch, n_hidden, n_visible, learning_rate):
+    """Work arrays of the relaxed step for batches of ``n_batch`` rows.
+
+    Returns the transposes of ``left`` (``n_batch + 1`` rows of
+    ``n_hidden + 1``) and ``right`` (``n_batch + 1`` rows of ``[x, 1]``),
+    then views: the data rows of ``right``, their first ``n_visible``
+    columns, the model row's ``n_visible`` columns, the data block of
+    ``left`` and the model row of ``left``.  The constant column of the
+    data rows of ``left`` (``learning_rate / n_batch``) is set here.
+    """
+    left = np.empty((n_batch + 1, n_hidden + 1))
+    left[:n_batch, n_hidden] = learning_rate / n_batch
+    right = np.ones((n_batch + 1, n_visible + 1))
+    return (
+        left.T,
+        right.T,
+        right[:n_batch],
+        right[:n_batch, :n_visible],
+        right[n_batch, :n_visible],
+        left[:n_batch, :n_hidden],
+        left[n_batch],
+    )
+
+
 def _gemm_accumulate(a, b_t, c):
     """``c += a @ b_t.T`` in place (``c`` F-contiguous float64)."""
     out = dgemm(1.0, a, b_t, beta=1.0, c=c, trans_b=1, overwrite_c=1)
-    if not np.may_share_memory(out, c):  # pragma: no cover - BLAS copied c
+    # f2py hands c back when it needed no copy.
+    if out is not c and not np.may_share_memory(out, c):  # pragma: no cover
         c[...] = out

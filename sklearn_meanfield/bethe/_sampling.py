@@ -190,15 +190,17 @@ def augmented_gibbs_step(visible, hidden, augmented, uniforms):
     n_chains = visible.shape[0]
     n_visible, n_hidden = visible.shape[1] - 1, hidden.shape[1] - 1
     split = n_chains * n_visible
-    probabilities = expit(hidden @ augmented[:, :n_visible])
+    probabilities = hidden @ augmented[:, :n_visible]
+    expit(probabilities, probabilities)
     np.less(
         uniforms[:split].reshape(n_chains, n_visible),
         probabilities,
-        out=visible[:, :n_visible],
+        visible[:, :n_visible],
     )
-    probabilities = expit(visible @ augmented[:n_hidden].T)
+    probabilities = visible @ augmented[:n_hidden].T
+    expit(probabilities, probabilities)
     np.less(
         uniforms[split:].reshape(n_chains, n_hidden),
         probabilities,
-        out=hidden[:, :n_hidden],
+        hidden[:, :n_hidden],
     )
