@@ -190,6 +190,14 @@ def test_fast_iteration_equals_the_reference_sweep():
         np.testing.assert_allclose(visible[:12], state[0], rtol=1e-13, atol=1e-14)
         np.testing.assert_allclose(var_v, state[0] * (1 - state[0]), rtol=1e-12)
         np.testing.assert_allclose(var_h, state[1] * (1 - state[1]), rtol=1e-12)
+        # Without the change measured: the same means, bit for bit.
+        untracked = np.append(cold_state(7, 12)[0], 1), np.append(0.5 * np.ones(7), 1)
+        assert (
+            augmented_sweeps(augmented, W2, *untracked, 5, damping, track_change=False)
+            is None
+        )
+        np.testing.assert_array_equal(untracked[0], visible)
+        np.testing.assert_array_equal(untracked[1], hidden)
 
 
 def test_stability_is_the_large_n_limit_of_the_bipartite_one():
@@ -320,6 +328,13 @@ def test_training_epoch_parameters_do_not_depend_on_the_chains():
         )
         results.append([*fitted, *state])
         chains.append(chain)
+    # Nor does skipping the convergence count change them.
+    fitted = [a.copy() for a in params]
+    state, _, uncounted = relaxed_training_epoch(
+        X, slices, *fitted, cold_state(12, 64), **settings, count_unconverged=False
+    )
+    assert uncounted is None
+    results.append([*fitted, *state])
     for other in results[1:]:
         for a, b_ in zip(other, results[0]):
             np.testing.assert_array_equal(a, b_)

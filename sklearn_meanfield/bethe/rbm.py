@@ -543,7 +543,7 @@ class BetheRBM(
         )
         if self.method == "relaxed":
             messages, chain, _ = relaxed_training_epoch(
-                X, batch_slices, *params, messages, **settings
+                X, batch_slices, *params, messages, **settings, count_unconverged=False
             )
         else:
             messages, chain, _ = bethe_training_epoch(
