@@ -155,7 +155,14 @@ def relaxed_training_epoch(
     phase need no bias additions, and the data term, the rank-one
     ``m_h m_v^T`` and both bias steps are one matrix product accumulated into
     it in place (``beta = 1``); the Onsager term is one elementwise product.
-    An update costs a few passes over ``W``, as a PCD update does.
+    An update costs a few passes over ``W``, as a PCD update does.  The
+    chains step on the augmented matrix too
+    (:func:`~._sampling.augmented_gibbs_step`), with their uniforms drawn in
+    blocks (:func:`~._sampling.uniform_rows`): the same draws, in the same
+    order, as :func:`~._sampling.gibbs_hidden_step` after every update, with
+    fewer generator calls.  At 64 x 64 numpy's per-call overhead is most of
+    the cost, hence the work arrays made once per epoch and the positional
+    outputs.
 
     Parameters
     ----------
