@@ -257,7 +257,8 @@ def render(results, quick, machine_rows, loaded, started):
     for r in results:
         before, after = (r[k].split(" / ")[0] for k in ("load_before", "load_after"))
         lines.append(
-            f"| [{r['estimator']}](#{r['anchor']}) | `{r['script']}` | {r['status']} "
+            f"| [{r['estimator']}](#{_anchor(_heading(r))}) | `{r['script']}` "
+            f"| {r['status']} "
             f"| {r.get('started', '?')}, {r.get('commit', '?')} "
             f"| {r['seconds']:.0f} s "
             f"| {before} / {after} |"
@@ -265,7 +266,7 @@ def render(results, quick, machine_rows, loaded, started):
     for r in results:
         lines += [
             "",
-            f"## {r['estimator']}",
+            f"## {_heading(r)}",
             "",
             f"Script `benchmarks/{r['script']}`: {r['summary']}",
             "",
@@ -282,8 +283,15 @@ def render(results, quick, machine_rows, loaded, started):
     return "\n".join(lines) + "\n"
 
 
+def _heading(result):
+    """A section title unique per script (an estimator may have several)."""
+    return f"{result['estimator']} ({Path(result['script']).stem})"
+
+
 def _anchor(title):
-    return re.sub(r"[^a-z0-9 -]", "", title.lower()).replace(" ", "-")
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped
+    (underscores and hyphens kept), spaces as hyphens."""
+    return re.sub(r"[^a-z0-9 _-]", "", title.lower()).replace(" ", "-")
 
 
 def main(argv=None):
@@ -327,7 +335,6 @@ def main(argv=None):
             script=script.name,
             estimator=estimator,
             summary=" ".join(summary.split()),
-            anchor=_anchor(estimator),
         )
         results.append(result)
         ordered = sorted(kept + results, key=lambda r: r["script"])
