@@ -1075,7 +1075,9 @@ def rbm_log_likelihood(
         _check_enumerable(params[0])
         log_likelihood, std_error = exact_log_likelihood(X, *params), 0.0
     else:
-        options = dict(
+        log_z, std_error = rbm_log_partition(
+            params,
+            method,
             bethe_form=bethe_form,
             base_rates=base_rates,
             n_chains=n_chains,
@@ -1085,8 +1087,8 @@ def rbm_log_likelihood(
             seeds=seeds,
             n_starts=n_starts,
             n_clamped=n_clamped,
+            return_std=True,
         )
-        log_z, std_error = _log_partition(params, method, options)
         log_likelihood = -free_energy(X, *params) - log_z
     if return_std:
         return log_likelihood, float(std_error)

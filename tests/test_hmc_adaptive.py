@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
+from hmc_targets import gaussian_target
 from joblib import parallel_config
 from scipy import integrate, stats
 
@@ -20,17 +21,6 @@ from sklearn_meanfield.hmc._sampler import (
     leapfrog,
 )
 from sklearn_meanfield.hmc._transition import NetworkPosterior
-
-
-def gaussian_target(mean, cov):
-    precision = np.linalg.inv(cov)
-
-    def log_prob_and_grad(q):
-        centred = q - mean
-        grad = -centred @ precision
-        return 0.5 * np.sum(centred * grad, axis=1), grad
-
-    return log_prob_and_grad
 
 
 def funnel(q):

@@ -2,20 +2,10 @@
 
 import numpy as np
 import pytest
+from hmc_targets import gaussian_target
 
 from sklearn_meanfield.hmc._chains import ChainRandom
 from sklearn_meanfield.hmc._sampler import DualAveraging, hmc_step, leapfrog
-
-
-def gaussian_target(mean, cov):
-    precision = np.linalg.inv(cov)
-
-    def log_prob_and_grad(q):
-        centred = q - mean
-        grad = -centred @ precision
-        return 0.5 * np.sum(centred * grad, axis=1), grad
-
-    return log_prob_and_grad
 
 
 def _run(target, q, step_sizes, n_steps, n_leapfrog, seed, **kwargs):
