@@ -18,7 +18,7 @@ References
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.linalg.blas import dgemm
+from scipy.linalg.blas import dgemm, sgemm
 from scipy.special import expit
 from sklearn.utils.extmath import safe_sparse_dot
 
@@ -143,6 +143,7 @@ def relaxed_training_epoch(
     hidden_chain=None,
     random_state=None,
     count_unconverged=True,
+    dtype=None,
 ):
     """:func:`bethe_training_epoch` with the relaxed (TAP) negative phase.
 
@@ -164,11 +165,25 @@ def relaxed_training_epoch(
     the cost, hence the work arrays made once per epoch and the positional
     outputs.
 
+    The epoch computes in ``dtype`` (by default that of ``weights``): with
+    float32 (data in float32, as BernoulliRBM computes) every work array,
+    sweep, product and step is float32, with no upcast; float64 keeps the
+    float64 arithmetic.  The parameters enter the work matrix at the start
+    and leave it at the end, so float64 parameters trained in float32 hold
+    float32 values exactly.  The data are cast to that dtype batch by
+    batch, the chains' uniforms stay the generator's doubles (compared with
+    the float32 probabilities exactly), and ``state`` and ``hidden_chain`` may
+    come in either dtype.  Nothing here sums more than ``n_visible + 1``
+    terms (the data enter a batch at a time, the update is applied per
+    batch), so float32 rounding stays near ``1e-7`` relative per step; the
+    TAP ``log Z`` and the final solve are not part of the epoch and stay
+    float64 (:func:`~._relaxed.relaxed_solve`).
+
     Parameters
     ----------
     X : ndarray or sparse matrix of shape (n_samples, n_visible)
     batch_slices : list of slice
-    weights, visible_bias, hidden_bias : ndarray of float64
+    weights, visible_bias, hidden_bias : ndarray of float64 or float32
         Parameters, updated in place (at the end of the epoch).
     state : tuple of two ndarrays
         Persistent means ``(mean_visible, mean_hidden)`` (not modified).
@@ -179,21 +194,27 @@ def relaxed_training_epoch(
     count_unconverged : bool, default=True
         Measure each update's last sweep for ``n_unconverged``; False saves
         that work (a few per cent at 64 x 64) and returns None for it.
+    dtype : {np.float64, np.float32} or None, default=None
+        dtype of the computation; None takes that of ``weights``.
 
     Returns
     -------
     state : tuple of two ndarrays
-        The means after the last step.
+        The means after the last step, in ``dtype``.
     hidden_chain : ndarray or None
+        In ``dtype``.
     n_unconverged : int or None
         Steps whose TAP iteration did not settle within the sweeps allowed.
     """
     lr = float(learning_rate)
     n_unconverged = 0
     n_hidden, n_visible = weights.shape
+    if dtype is None:
+        dtype = weights.dtype
+    dtype = np.float32 if np.dtype(dtype) == np.float32 else np.float64
     # [[W, c], [b^T, 0]]: the biases ride along in every product (the
     # sweeps, the positive phase and the update below).
-    augmented = np.zeros((n_hidden + 1, n_visible + 1))
+    augmented = np.zeros((n_hidden + 1, n_visible + 1), dtype)
     augmented[:n_hidden, :n_visible] = weights
     augmented[:n_hidden, n_visible] = hidden_bias
     augmented[n_hidden, :n_visible] = visible_bias
@@ -201,13 +222,14 @@ def relaxed_training_epoch(
     b, c = augmented[n_hidden, :n_visible], augmented[:n_hidden, n_visible]
     weights_sq = np.multiply(W, W)
     onsager = np.empty_like(weights_sq)
-    visible = np.append(state[0], 1.0)
-    hidden_state = np.append(state[1], 1.0)
+    visible, hidden_state = np.ones(n_visible + 1, dtype), np.ones(n_hidden + 1, dtype)
+    visible[:n_visible], hidden_state[:n_hidden] = state
     m_v, m_h = visible[:n_visible], hidden_state[:n_hidden]
     # The means' variances, kept up to date by the sweeps and shared with the
     # Onsager part of the step (the means do not move in the step).
-    var_v, var_h = m_v - m_v * m_v, np.empty(n_hidden)
-    variances, workspace = (var_v, var_h), sweep_workspace(n_hidden, n_visible)
+    var_v, var_h = m_v - m_v * m_v, np.empty(n_hidden, dtype)
+    variances = (var_v, var_h)
+    workspace = sweep_workspace(n_hidden, n_visible, dtype)
     # Rows [batch, 1] and one row [m_v, 1] on the right; on the left the
     # data rows weighted lr / n and the model row -lr: one product then adds
     # lr (<h v^T>_data - m_h m_v^T) to W and the two bias steps to b and c.
@@ -218,8 +240,8 @@ def relaxed_training_epoch(
         # The chains on augmented arrays too, [v, 1] and [h, 1], with their
         # uniforms drawn in blocks (the same stream as two draws per step).
         n_chains = hidden_chain.shape[0]
-        chain_visible = np.ones((n_chains, n_visible + 1))
-        chain_hidden = np.ones((n_chains, n_hidden + 1))
+        chain_visible = np.ones((n_chains, n_visible + 1), dtype)
+        chain_hidden = np.ones((n_chains, n_hidden + 1), dtype)
         chain_hidden[:, :n_hidden] = hidden_chain
         uniforms = uniform_rows(
             random_state, len(batch_slices), n_chains * (n_visible + n_hidden)
@@ -242,7 +264,7 @@ def relaxed_training_epoch(
             n_unconverged += not delta < tol
         n_batch = batch.stop - batch.start
         if n_batch not in work:
-            work[n_batch] = _step_arrays(n_batch, n_hidden, n_visible, lr)
+            work[n_batch] = _step_arrays(n_batch, n_hidden, n_visible, lr, dtype)
         (
             left_t,
             right_t,
@@ -280,7 +302,7 @@ def relaxed_training_epoch(
     )
 
 
-def _step_arrays(n_batch, n_hidden, n_visible, learning_rate):
+def _step_arrays(n_batch, n_hidden, n_visible, learning_rate, dtype=np.float64):
     """Work arrays of the relaxed step for batches of ``n_batch`` rows.
 
     Returns the transposes of ``left`` (``n_batch + 1`` rows of
@@ -288,11 +310,12 @@ def _step_arrays(n_batch, n_hidden, n_visible, learning_rate):
     then views: the data rows of ``right``, their first ``n_visible``
     columns, the model row's ``n_visible`` columns, the data block of
     ``left`` and the model row of ``left``.  The constant column of the
-    data rows of ``left`` (``learning_rate / n_batch``) is set here.
+    data rows of ``left`` (``learning_rate / n_batch``) is set here.  All
+    in ``dtype``.
     """
-    left = np.empty((n_batch + 1, n_hidden + 1))
+    left = np.empty((n_batch + 1, n_hidden + 1), dtype)
     left[:n_batch, n_hidden] = learning_rate / n_batch
-    right = np.ones((n_batch + 1, n_visible + 1))
+    right = np.ones((n_batch + 1, n_visible + 1), dtype)
     return (
         left.T,
         right.T,
@@ -305,8 +328,10 @@ def _step_arrays(n_batch, n_hidden, n_visible, learning_rate):
 
 
 def _gemm_accumulate(a, b_t, c):
-    """``c += a @ b_t.T`` in place (``c`` F-contiguous float64)."""
-    out = dgemm(1.0, a, b_t, beta=1.0, c=c, trans_b=1, overwrite_c=1)
+    """``c += a @ b_t.T`` in place (``c`` F-contiguous, float64 or float32 as
+    ``a`` and ``b_t``)."""
+    gemm = sgemm if c.dtype == np.float32 else dgemm
+    out = gemm(1.0, a, b_t, beta=1.0, c=c, trans_b=1, overwrite_c=1)
     # f2py hands c back when it needed no copy.
     if out is not c and not np.may_share_memory(out, c):  # pragma: no cover
         c[...] = out
