@@ -19,7 +19,18 @@ the same computation as
 temperatures at 784 visible units.  Mean and spread (sample standard
 deviation) over 3 seeds; ``se`` is the largest AIS standard error.
 
-Run: ``python benchmarks/bench_bethe_rbm.py [--quick] [--method M]``.
+``--float32`` prints another table instead: both models given float32 data
+(BernoulliRBM then computes in float32), the median epoch-time ratio
+BetheRBM / BernoulliRBM on float32 data next to the same ratio on float64
+data (the four fits alternate), the dtype in which BetheRBM trains on float32
+data (detected: float32 once ``BetheRBM`` passes the data's dtype to the
+relaxed training epoch, float64 before), and the held-out log-likelihood of
+BetheRBM trained on float32 minus trained on float64 data, per seed (same
+AIS draws).  The training amplifies rounding differences (two float64 fits
+from initial weights 1e-8 apart drift as far apart), so that difference is to
+be read against the spread over seeds, not against zero.
+
+Run: ``python benchmarks/bench_bethe_rbm.py [--quick] [--method M] [--float32]``.
 """
 
 import os
@@ -76,6 +87,43 @@ def timed_fit(model, X):
     return (time.process_time() - start) / model.n_iter
 
 
+def training_dtype(X, options):
+    """The dtype in which BetheRBM(**options) trains on ``X`` (relaxed form).
+
+    Read off the arguments of the relaxed training epoch in a one-epoch fit
+    (its ``dtype``, else the parameters'); float64 for the message-passing
+    forms.
+    """
+    from sklearn_meanfield.bethe import rbm as rbm_module
+
+    seen = []
+    epoch = rbm_module.relaxed_training_epoch
+
+    def spy(*args, **kwargs):
+        seen.append(np.dtype(kwargs.get("dtype") or args[2].dtype))
+        return epoch(*args, **kwargs)
+
+    rbm_module.relaxed_training_epoch = spy
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            BetheRBM(**{**options, "n_components": 2, "n_iter": 1}).fit(X[:20])
+    finally:
+        rbm_module.relaxed_training_epoch = epoch
+    return seen[0].name if seen else "float64"
+
+
+def ais_options(n_visible, quick):
+    """AIS cost grows with n_visible: fewer temperatures and chains there."""
+    return dict(
+        n_chains=100 if n_visible <= 64 else 50,
+        n_temperatures=(300 if quick else 3000)
+        if n_visible <= 64
+        else (200 if quick else 2000),
+        random_state=0,
+    )
+
+
 def run(quick, options):
     seeds = [0] if quick else [0, 1, 2]
     n_iter = 2 if quick else 10
@@ -85,14 +133,7 @@ def run(quick, options):
         sizes = [16, 64, 256] if n_visible <= 64 else [64, 256]
         if quick:
             sizes = sizes[:2]
-        # AIS cost grows with n_visible: fewer temperatures and chains there.
-        ais = dict(
-            n_chains=100 if n_visible <= 64 else 50,
-            n_temperatures=(300 if quick else 3000)
-            if n_visible <= 64
-            else (200 if quick else 2000),
-            random_state=0,
-        )
+        ais = ais_options(n_visible, quick)
         for n_hidden in sizes:
             row = dict(
                 problem=name,
@@ -134,6 +175,73 @@ def run(quick, options):
     return rows
 
 
+def run_float32(quick, options):
+    """The float32 table: epoch ratios on float32 and float64 data, and the
+    held-out log-likelihood of BetheRBM trained on float32 vs float64 data."""
+    seeds = [0] if quick else [0, 1, 2]
+    n_iter = 2 if quick else 10
+    for number, (name, (X_train, X_test)) in enumerate(problems().items()):
+        n_visible = X_train.shape[1]
+        sizes = [16, 64, 256] if n_visible <= 64 else [64, 256]
+        if quick:
+            sizes = sizes[:2]
+        ais = ais_options(n_visible, quick)
+        data = {"float32": X_train.astype(np.float32), "float64": X_train}
+        dtype = training_dtype(data["float32"], options)
+        for n_hidden in sizes:
+            ratio = {"float32": [], "float64": []}
+            seconds = {"float32": [], "float64": []}
+            log_lik = {"float32": [], "float64": []}
+            for seed in seeds:
+                settings = dict(n_components=n_hidden, n_iter=n_iter, random_state=seed)
+                for kind, X in data.items():
+                    t_rbm = timed_fit(BernoulliRBM(**settings), X)
+                    bethe = BetheRBM(**settings, **options)
+                    t_bethe = timed_fit(bethe, X)
+                    ratio[kind].append(t_bethe / t_rbm)
+                    seconds[kind].append((t_rbm, t_bethe))
+                    log_lik[kind].append(held_out(bethe, X_train, X_test, ais)[0])
+            delta = np.subtract(log_lik["float32"], log_lik["float64"])
+            columns = [
+                ("problem", "{:<13}", name),
+                ("hidden", "{:>6}", n_hidden),
+                ("trains in", "{:>9}", dtype),
+                (
+                    "s/ep RBM32",
+                    "{:>10}",
+                    f"{np.median([s[0] for s in seconds['float32']]):.3f}",
+                ),
+                (
+                    "s/ep Bethe32",
+                    "{:>12}",
+                    f"{np.median([s[1] for s in seconds['float32']]):.3f}",
+                ),
+                ("ratio32", "{:>7}", f"{np.median(ratio['float32']):.2f}"),
+                ("ratio64", "{:>7}", f"{np.median(ratio['float64']):.2f}"),
+                ("LL Bethe64", "{:>16}", _mean_sd(log_lik["float64"])),
+                ("LL Bethe32", "{:>16}", _mean_sd(log_lik["float32"])),
+                (
+                    "dLL 32-64 per seed",
+                    "{:>20}",
+                    " ".join(f"{d:+.2f}" for d in delta),
+                ),
+            ]
+            if number == 0 and n_hidden == sizes[0]:
+                print("  ".join(fmt.format(col) for col, fmt, _ in columns))
+            print("  ".join(fmt.format(v) for _, fmt, v in columns), flush=True)
+    print(
+        f"\nBoth models given float32 data (ratio32) or float64 data (ratio64), "
+        f"BernoulliRBM's defaults ({n_iter} epochs), fits alternating, one BLAS "
+        "thread; ratio: median over seeds of BetheRBM / BernoulliRBM CPU seconds "
+        "per epoch. 'trains in': dtype of BetheRBM's training arithmetic on "
+        "float32 data. LL: BetheRBM's held-out log-likelihood trained on float64 "
+        f"/ float32 data, mean +- sd over {len(seeds)} seed(s) (exact at 16 "
+        "hidden units, AIS above with the same draws for both); dLL: float32 - "
+        "float64, per seed, to be read against the spread over seeds (the "
+        "training amplifies any rounding difference)."
+    )
+
+
 def _mean_sd(values):
     values = np.asarray(values)
     sd = values.std(ddof=1) if len(values) > 1 else 0.0
@@ -167,6 +275,12 @@ if __name__ == "__main__":
     parser.add_argument(
         "--sweeps-per-update", type=int, help="BetheRBM's sweeps_per_update"
     )
+    parser.add_argument(
+        "--float32",
+        action="store_true",
+        help="the float32 table instead: epoch ratios and log-likelihoods on "
+        "float32 data",
+    )
     args = parser.parse_args()
     options = {
         key: value
@@ -177,4 +291,4 @@ if __name__ == "__main__":
         if value is not None
     }
     with threadpool_limits(1):
-        run(args.quick, options)
+        (run_float32 if args.float32 else run)(args.quick, options)

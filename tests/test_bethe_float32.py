@@ -4,8 +4,12 @@ References: the float64 arithmetic of the same functions (which the fitted
 reference file pins down), the plain float64 sweep
 (:func:`relaxed_sweep`), and :func:`gibbs_hidden_step` at the float32
 parameters.  Measured float32 errors: ~8e-8 on the means after 1-20 sweeps,
-~2e-7 relative on the parameters after an epoch, a few 1e-6 relative on a
-one-batch step (the tolerances below leave a factor ~5-10).
+~2e-7 relative on the parameters after a short epoch, 2e-7 to 1e-6 of a
+one-batch step (the tolerances below leave a factor 5-30).  Over many
+updates the float32 and float64 trainings drift apart, as two float64 ones
+do from initial weights 1e-8 apart (the training dynamics amplify any
+rounding): compare fitted models by their held-out likelihood over seeds
+(``benchmarks/bench_bethe_rbm.py --float32``), not entry by entry.
 """
 
 import numpy as np
