@@ -14,3 +14,20 @@ def gaussian_target(mean, cov):
         return 0.5 * np.sum(centred * grad, axis=1), grad
 
     return log_prob_and_grad
+
+
+def assert_moments_within_monte_carlo_error(draws, mean, second):
+    """First and second moments of ``(n_draws, n_chains, n_params)`` draws.
+
+    Each chain's averages are independent: their spread across chains gives
+    the Monte Carlo error of the grand averages (4 standard errors).
+    """
+    n_chains = draws.shape[1]
+    for values, truth in ((draws, mean), (draws**2, second)):
+        per_chain = values.mean(axis=0)
+        error = per_chain.std(axis=0, ddof=1) / np.sqrt(n_chains)
+        assert np.all(np.abs(per_chain.mean(axis=0) - truth) < 4 * error), (
+            per_chain.mean(axis=0),
+            truth,
+            error,
+        )

@@ -20,6 +20,7 @@ from joblib import effective_n_jobs
 
 from .._parallel import run_parallel
 from .._progress import ProgressReporter
+from ._sampler import metric_windows
 from ._transition import WarmupAdaptation, transition
 
 __all__ = [
@@ -128,6 +129,10 @@ class ChainSettings:
         trajectory's length is jittered.
     max_leapfrog : int, default=1000
         Most leapfrog steps of one trajectory with ``"chees"``.
+    adapt_mass_matrix : bool, default=False
+        Adapt a diagonal metric (factors on Neal's step scales) in Stan's
+        windows over the warm-up iterations after the fixed-precision ones
+        (:meth:`metric_windows`).
     """
 
     n_samples: int
@@ -138,11 +143,34 @@ class ChainSettings:
     target_accept: float = 0.8
     sampler: str = "hmc"
     max_leapfrog: int = 1000
+    adapt_mass_matrix: bool = False
 
     @property
     def n_fixed(self):
         """Early warm-up iterations with the precisions held fixed."""
         return self.n_warmup // 5
+
+    def metric_windows(self):
+        """Slow windows of the metric adaptation, in warm-up iterations, or None.
+
+        Stan's windows (:func:`~sklearn_meanfield.hmc._sampler.metric_windows`)
+        over the iterations after the first fifth, in which the precisions
+        are held fixed: the weights' spread is only that of the posterior
+        once the precisions move.
+
+        Examples
+        --------
+        >>> from sklearn_meanfield.hmc._chains import ChainSettings
+        >>> ChainSettings(1000, 500, 100, 0.2, adapt_mass_matrix=True).metric_windows()
+        [(175, 200), (200, 250), (250, 450)]
+        """
+        if not self.adapt_mass_matrix:
+            return None
+        n_fixed = self.n_fixed
+        return [
+            (start + n_fixed, end + n_fixed)
+            for start, end in metric_windows(self.n_warmup - n_fixed)
+        ]
 
 
 class ChainDraws(NamedTuple):
@@ -179,6 +207,9 @@ class ChainDraws(NamedTuple):
     trajectory_length: np.ndarray = None
     """The (adapted) mean trajectory duration, (n_chains,): ``n_leapfrog``
     times the step-size multiplier for ``"hmc"``."""
+    metric: np.ndarray = None
+    """The adapted diagonal metric as factors on Neal's step scales,
+    (n_chains, n_params); ones when not adapted."""
 
 
 class _Trace(NamedTuple):
@@ -242,7 +273,7 @@ class _DrawRecorder:
         self.draws.store(draw, state, info)
         self.train_outputs[draw] = self.posterior.train_outputs(state.theta)
 
-    def result(self, n_iterations, step_size, trajectory_length):
+    def result(self, n_iterations, step_size, trajectory_length, metric):
         """The draws after ``n_iterations`` iterations."""
         stopped_in_warmup = n_iterations <= self.n_warmup
         if stopped_in_warmup:
@@ -268,6 +299,7 @@ class _DrawRecorder:
             n_leapfrog=trace.n_leapfrog,
             energy_error=trace.energy_error,
             trajectory_length=trajectory_length,
+            metric=metric,
         )
 
 
@@ -297,7 +329,9 @@ def run_chains(posterior, seeds, settings, on_iteration=None):
     and the rescaling moves adapt during warm-up and are frozen afterwards;
     with ``settings.sampler == "chees"`` so does each chain's trajectory
     length, and every iteration's number of leapfrog steps is jittered
-    (:meth:`~sklearn_meanfield.hmc._transition.WarmupAdaptation.n_leapfrog`).
+    (:meth:`~sklearn_meanfield.hmc._transition.WarmupAdaptation.n_leapfrog`);
+    with ``settings.adapt_mass_matrix`` so does a diagonal metric, in
+    Stan's windows (:meth:`ChainSettings.metric_windows`).
 
     Parameters
     ----------
@@ -354,6 +388,7 @@ def run_chains(posterior, seeds, settings, on_iteration=None):
             else None
         ),
         max_leapfrog=settings.max_leapfrog,
+        metric_windows=settings.metric_windows(),
     )
     recorder = _DrawRecorder(posterior, n_chains, settings)
     stop, n_warmup = False, settings.n_warmup
@@ -385,7 +420,9 @@ def run_chains(posterior, seeds, settings, on_iteration=None):
         if tuning.trajectory_length is None
         else tuning.trajectory_length
     )
-    return recorder.result(iteration + 1, step_size, trajectory_length)
+    return recorder.result(
+        iteration + 1, step_size, trajectory_length, adaptation.metric_factor()
+    )
 
 
 class ChainProgress:
@@ -495,6 +532,7 @@ def _join(results):
         stopped_in_warmup=any(r.stopped_in_warmup for r in results),
         **{name: joined([getattr(r, name) for r in results]) for name in stats},
         trajectory_length=np.concatenate([r.trajectory_length for r in results]),
+        metric=np.concatenate([r.metric for r in results]),
     )
 
 

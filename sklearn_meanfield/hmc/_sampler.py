@@ -28,6 +28,15 @@ Learning Research, 15, 1593-1623 (dual averaging, section 3.2).
 Hoffman, M. D., Radul, A. and Sountsov, P. (2021). An adaptive MCMC scheme for
 setting trajectory lengths in Hamiltonian Monte Carlo. Proceedings of AISTATS,
 PMLR 130, 3907-3915 (ChEES, Halton jitter, Adam on the log trajectory length).
+
+Stan Development Team. Stan Reference Manual, section "HMC algorithm
+parameters: automatic parameter tuning" (windowed adaptation of the step size
+and a diagonal metric: a fast initial buffer, doubling slow windows, a
+terminal buffer; the variance estimate regularised toward a constant).
+
+Betancourt, M. (2017). A conceptual introduction to Hamiltonian Monte Carlo.
+arXiv:1701.02434 (section 4.2: the metric as the inverse covariance of the
+target, adapted in warm-up).
 """
 
 from typing import NamedTuple
@@ -38,12 +47,16 @@ __all__ = [
     "AdaptiveDraws",
     "ChEESAdaptation",
     "DualAveraging",
+    "MassMatrixAdaptation",
+    "RunningVariance",
     "adaptive_hmc",
     "chees_gradient",
     "halton",
     "HMCStep",
     "hmc_step",
     "leapfrog",
+    "metric_windows",
+    "regularized_variance",
 ]
 
 # An energy error above this is a divergence: the trajectory left the region the
@@ -524,9 +537,205 @@ class ChEESAdaptation:
         eta = self.t**-0.75
         self.log_length_bar = eta * self.log_length + (1 - eta) * self.log_length_bar
 
+    def restart(self, log_ratio):
+        """Rescale every ``T`` by ``exp(log_ratio)`` and restart its average.
+
+        After the metric changes the step size is rescaled; ``T`` follows it
+        (the same number of leapfrog steps), and the iterate average, whose
+        earlier terms were in the old units, starts again.
+        """
+        self.log_length = self.log_length + log_ratio
+        self.log_length_bar = self.log_length.copy()
+        self.t = 0
+
     def final(self):
         """The averaged log mean durations to use after warm-up."""
         return self.log_length_bar.copy()
+
+
+def metric_windows(n_iterations, init_buffer=75, term_buffer=50, base_window=25):
+    """Stan's slow windows of metric adaptation within ``n_iterations`` of warm-up.
+
+    After a fast initial buffer (the chain leaves its start and the step size
+    adapts), the diagonal metric is estimated in windows of doubling length;
+    the last window extends to a terminal buffer in which only the step size
+    adapts to the final metric.  A window whose successor (twice as long)
+    would not fit before the terminal buffer takes the rest.  Warm-ups shorter
+    than ``init_buffer + base_window + term_buffer`` use 15% / 75% / 10% of
+    the iterations, and none shorter than 20 adapts a metric, as in Stan.
+
+    Parameters
+    ----------
+    n_iterations : int
+        Warm-up iterations available.
+    init_buffer, term_buffer, base_window : int, default=75, 50, 25
+        Stan's defaults.
+
+    Returns
+    -------
+    windows : list of (int, int)
+        ``(start, end)`` of every window, ``end`` exclusive, counted from 0.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield.hmc._sampler import metric_windows
+    >>> # Stan's 1000 warm-up iterations: windows of 25, 50, 100, 200 and 500.
+    >>> metric_windows(1000)
+    [(75, 100), (100, 150), (150, 250), (250, 450), (450, 950)]
+    >>> metric_windows(100)
+    [(15, 90)]
+    """
+    if n_iterations < 20:
+        return []
+    if init_buffer + base_window + term_buffer > n_iterations:
+        init_buffer = int(0.15 * n_iterations)
+        term_buffer = int(0.1 * n_iterations)
+        base_window = n_iterations - init_buffer - term_buffer
+    last = n_iterations - term_buffer
+    windows, start, size = [], init_buffer, base_window
+    end = start + size
+    while True:
+        windows.append((start, end))
+        if end >= last:
+            return windows
+        size *= 2
+        start, end = end, end + size
+        if end + 2 * size > last:
+            end = last
+
+
+def regularized_variance(variance, n_draws, target=1.0):
+    """Stan's shrinkage of a metric's variance estimate from ``n_draws`` draws.
+
+    ``(n / (n + 5)) var + (5 / (n + 5)) target``: five pseudo-draws of
+    variance ``target``.  Stan shrinks toward 1e-3 (in the model's units);
+    here the coordinates are already scaled by Neal's step scales, so the
+    prior guess is 1.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield.hmc._sampler import regularized_variance
+    >>> float(regularized_variance(100.0, 45))
+    90.1
+    """
+    n = float(n_draws)
+    return (n / (n + 5.0)) * variance + (5.0 / (n + 5.0)) * target
+
+
+class RunningVariance:
+    """Welford's running mean and variance of batched vectors.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        Shape of each observation, e.g. ``(n_chains, n_params)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._sampler import RunningVariance
+    >>> values = np.random.default_rng(0).normal(size=(50, 2, 3))
+    >>> running = RunningVariance((2, 3))
+    >>> for v in values:
+    ...     running.add(v)
+    >>> bool(np.allclose(running.variance(), values.var(axis=0, ddof=1)))
+    True
+    """
+
+    def __init__(self, shape):
+        self.n = 0
+        self.mean = np.zeros(shape)
+        self.m2 = np.zeros(shape)
+
+    def add(self, value):
+        """Add one observation."""
+        self.n += 1
+        delta = value - self.mean
+        self.mean += delta / self.n
+        self.m2 += delta * (value - self.mean)
+
+    def variance(self):
+        """Unbiased sample variance (``ddof=1``) of the observations so far."""
+        return self.m2 / max(self.n - 1, 1)
+
+
+class MassMatrixAdaptation:
+    """Windowed adaptation of a diagonal metric, per chain (Stan's scheme).
+
+    The metric is expressed as a factor ``f`` on the step scales the sampler
+    already uses (Neal's, from the hyperparameters, for the network; ones for
+    a plain target): coordinate ``i`` moves with step ``eps f_i s_i`` and its
+    momentum is standard normal, i.e. a diagonal mass ``1 / (f_i s_i)^2``
+    in the kinetic energy the Metropolis test uses (the same metric in the
+    leapfrog and the energy, so the chain is exact with any frozen ``f``).
+    Within each window of :func:`metric_windows` the variance of every scaled
+    coordinate ``q_i / s_i`` is accumulated per chain; at the window's end
+    ``f_i`` becomes the square root of its :func:`regularized_variance`, and
+    :meth:`update` returns the factor by which the step size should change
+    so that the coordinate moved farthest in units of its spread keeps its
+    step (the step-size adaptation then restarts from there).  Estimating in
+    the coordinates the step scales normalise, rather than in the raw
+    weights, keeps what the hyperparameters already explain out of the
+    estimate: the scales follow each Gibbs step, the factor only corrects
+    them.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        ``(n_chains, n_params)``.
+    windows : list of (int, int)
+        Windows (:func:`metric_windows`) in iterations counted from 0.
+
+    Attributes
+    ----------
+    factor : ndarray of shape (n_chains, n_params)
+        The current metric, as factors on the step scales (ones before the
+        first window ends).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._sampler import MassMatrixAdaptation
+    >>> rng = np.random.default_rng(0)
+    >>> adaptation = MassMatrixAdaptation((1, 2), [(0, 1000)])
+    >>> for k in range(1000):
+    ...     ratio = adaptation.update(k, rng.normal(size=(1, 2)) * [0.5, 10.0])
+    >>> np.round(adaptation.factor, 1)
+    array([[0.5, 9.8]])
+    >>> # The step about doubles: coordinate 0 (sd 0.5, the narrowest) keeps
+    >>> # its step per sd, the others take longer steps.
+    >>> np.round(ratio, 1)
+    array([1.9])
+    """
+
+    def __init__(self, shape, windows):
+        self.windows = list(windows)
+        self.factor = np.ones(shape)
+        self.running = RunningVariance(shape)
+
+    def update(self, iteration, scaled_position):
+        """Record the chains' scaled positions ``q / s`` after ``iteration``.
+
+        Returns
+        -------
+        step_ratio : ndarray of shape (n_chains,) or None
+            None unless a window ended with this iteration; then the factor
+            ``max_i f_old_i / f_new_i`` by which to multiply the step size.
+        """
+        for start, end in self.windows:
+            if start <= iteration < end:
+                self.running.add(scaled_position)
+                if iteration == end - 1:
+                    variance = regularized_variance(
+                        self.running.variance(), self.running.n
+                    )
+                    new = np.sqrt(variance)
+                    ratio = np.max(self.factor / new, axis=1)
+                    self.factor = new
+                    self.running = RunningVariance(new.shape)
+                    return ratio
+                return None
+        return None
 
 
 class AdaptiveDraws(NamedTuple):
@@ -542,6 +751,10 @@ class AdaptiveDraws(NamedTuple):
     """Frozen step-size multiplier, (n_chains,)."""
     trajectory_length: np.ndarray
     """Frozen mean trajectory duration, (n_chains,)."""
+    metric: np.ndarray = None
+    """Frozen metric as factors on ``scales``, (n_chains, n_params)."""
+    energy_error: np.ndarray = None
+    """Energy errors of the sampling trajectories, (n_samples, n_chains)."""
 
 
 def adaptive_hmc(
@@ -554,17 +767,24 @@ def adaptive_hmc(
     scales=1.0,
     step_size=0.1,
     trajectory_length=1.0,
+    n_leapfrog=None,
     target_accept=0.8,
     max_leapfrog=1000,
+    adapt_mass_matrix=False,
 ):
-    """ChEES-HMC on a fixed target: the kernel of the network sampler alone.
+    """Adaptive HMC on a fixed target: the kernel of the network sampler alone.
 
     Every iteration draws each chain's step-size jitter (uniform in [0.9,
     1.1]) and runs :func:`hmc_step` with ``ceil(2 h_k T / step)`` leapfrog
-    steps per chain (:class:`ChEESAdaptation`), step sizes ``step *
-    jitter * scales``; in warm-up the step size follows dual averaging and
-    ``T`` the ChEES criterion, both frozen at their averages for sampling.
-    The network sampler does the same between its Gibbs steps
+    steps per chain (:class:`ChEESAdaptation`), or ``n_leapfrog`` steps when
+    given, with step sizes ``step * jitter * factor * scales``; in warm-up
+    the step size follows dual averaging, ``T`` the ChEES criterion and,
+    with ``adapt_mass_matrix``, the metric ``factor`` Stan's windowed
+    scheme (:class:`MassMatrixAdaptation` over :func:`metric_windows` of the
+    warm-up; after each window the step size is rescaled, ``T`` with it so
+    that the number of steps stays, and dual averaging and the averages of
+    ``T`` restart).  All are frozen for sampling.  The network sampler does
+    the same between its Gibbs steps
     (:class:`~sklearn_meanfield.hmc._transition.WarmupAdaptation`).
 
     Parameters
@@ -578,8 +798,13 @@ def adaptive_hmc(
         Step scale of every coordinate (a diagonal mass ``1 / scales^2``).
     step_size, trajectory_length : float
         Initial step-size multiplier and mean duration.
+    n_leapfrog : int or None, default=None
+        Fixed leapfrog steps per trajectory (Neal's HMC) instead of the
+        adapted, jittered lengths.
     target_accept : float, default=0.8
     max_leapfrog : int, default=1000
+    adapt_mass_matrix : bool, default=False
+        Adapt a diagonal metric (factors on ``scales``) in warm-up.
 
     Returns
     -------
@@ -605,40 +830,62 @@ def adaptive_hmc(
     dual = DualAveraging(np.full(n_chains, np.log(step_size)), target=target_accept)
     log_step = dual.log_value
     chees = ChEESAdaptation(np.full(n_chains, float(trajectory_length)))
+    metric = MassMatrixAdaptation(
+        q.shape, metric_windows(n_warmup) if adapt_mass_matrix else []
+    )
     draws = np.empty((n_samples, *q.shape))
     accept_prob = np.empty((n_samples, n_chains))
+    energy_error = np.empty((n_samples, n_chains))
     n_steps = np.empty((n_samples, n_chains), dtype=int)
     for iteration in range(n_warmup + n_samples):
         step_size = np.exp(log_step)
-        n_leapfrog = chees.n_leapfrog(iteration + 1, step_size, max_leapfrog)
+        n_steps_now = (
+            chees.n_leapfrog(iteration + 1, step_size, max_leapfrog)
+            if n_leapfrog is None
+            else n_leapfrog
+        )
         jitter = random_state.uniform(0.9, 1.1, size=(n_chains, 1))
         multiplier = step_size[:, None] * jitter
+        metric_scales = metric.factor * scales
         step = hmc_step(
             q,
             log_prob,
             grad,
             log_prob_and_grad,
-            multiplier * scales,
-            n_leapfrog,
+            multiplier * metric_scales,
+            n_steps_now,
             random_state,
         )
         q, log_prob, grad = step.q, step.log_prob, step.grad
         if iteration < n_warmup:
-            chees.update(
-                step,
-                scales,
-                n_leapfrog * multiplier[:, 0],
-                min_length=step_size,
-                max_length=max_leapfrog * step_size / 2,
-            )
-            chees.observe(q)
+            if n_leapfrog is None:
+                chees.update(
+                    step,
+                    metric_scales,
+                    n_steps_now * multiplier[:, 0],
+                    min_length=step_size,
+                    max_length=max_leapfrog * step_size / 2,
+                )
+                chees.observe(q)
             log_step = dual.update(step.accept_prob)
+            ratio = metric.update(iteration, q / scales)
+            if ratio is not None:
+                log_step = log_step + np.log(ratio)
+                dual = DualAveraging(log_step, target=target_accept)
+                chees.restart(np.log(ratio))
             if iteration == n_warmup - 1:
                 log_step = dual.final()
                 chees.log_length = chees.final()
         else:
             row = iteration - n_warmup
-            draws[row], accept_prob[row], n_steps[row] = q, step.accept_prob, n_leapfrog
+            draws[row], accept_prob[row] = q, step.accept_prob
+            n_steps[row], energy_error[row] = n_steps_now, step.energy_error
     return AdaptiveDraws(
-        draws, accept_prob, n_steps, np.exp(log_step), chees.trajectory_length
+        draws,
+        accept_prob,
+        n_steps,
+        np.exp(log_step),
+        chees.trajectory_length,
+        metric.factor,
+        energy_error,
     )

@@ -10,7 +10,8 @@ The sampler is split the way BlackJAX splits its kernels from its drivers:
   happened in a :class:`ChainInfo`.
 * :class:`WarmupAdaptation` holds what warm-up tunes (the step-size multiplier
   by dual averaging, the rescaling moves' proposal sds, and for the adaptive
-  sampler each chain's trajectory length by the ChEES criterion) and hands it to
+  sampler each chain's trajectory length by the ChEES criterion, and on request
+  a diagonal metric by Stan's windowed scheme) and hands it to
   :func:`transition` as a :class:`Tuning`; frozen after warm-up, so that the
   chains are exact while they sample.
 
@@ -28,6 +29,9 @@ Learning Research, 15, 1593-1623 (dual averaging, section 3.2).
 
 Hoffman, M. D., Radul, A. and Sountsov, P. (2021). An adaptive MCMC scheme for
 setting trajectory lengths in Hamiltonian Monte Carlo. AISTATS, PMLR 130.
+
+Stan Development Team. Stan Reference Manual, "HMC algorithm parameters"
+(windowed adaptation of the step size and a diagonal metric).
 """
 
 from dataclasses import dataclass, field
@@ -44,7 +48,12 @@ from ._network import (
     step_scales,
 )
 from ._rescaling import rescale_groups, rescale_units
-from ._sampler import ChEESAdaptation, DualAveraging, hmc_step
+from ._sampler import (
+    ChEESAdaptation,
+    DualAveraging,
+    MassMatrixAdaptation,
+    hmc_step,
+)
 
 __all__ = [
     "ChainInfo",
@@ -225,6 +234,9 @@ class Tuning(NamedTuple):
     trajectory_length: np.ndarray = None
     """Mean trajectory duration of the adaptive sampler, (n_chains,), or None
     (fixed ``n_leapfrog``)."""
+    metric: np.ndarray = None
+    """Diagonal metric as factors on the step scales, (n_chains, n_params),
+    or None (Neal's scales alone)."""
 
 
 def _update_precisions(state, posterior, tuning, random_state):
@@ -293,8 +305,12 @@ def transition(
 
     With ``update_precisions`` the precisions get a Gibbs step followed by the
     rescaling moves; then one HMC trajectory moves the weights, with the
-    per-weight step sizes ``step_size * jitter * scales`` (the jitter, a
-    uniform factor in [0.9, 1.1] per chain, avoids periodic orbits).  Random
+    per-weight step sizes ``step_size * jitter * metric * scales`` (the
+    jitter, a uniform factor in [0.9, 1.1] per chain, avoids periodic
+    orbits; ``metric``, the adapted diagonal metric of ``tuning``, is left
+    out when None).  The momentum is standard normal in these scaled
+    coordinates, so the kinetic energy of the Metropolis test uses the same
+    diagonal metric as the leapfrog.  Random
     numbers are drawn in this order, from one generator per chain.
 
     Parameters
@@ -343,18 +359,18 @@ def transition(
     n_chains = state.theta.shape[0]
     jitter = random_state.uniform(0.9, 1.1, size=(n_chains, 1))
     multiplier = tuning.step_size[:, None] * jitter
+    scales = state.scales if tuning.metric is None else tuning.metric * state.scales
     step = hmc_step(
         state.theta,
         state.log_prob,
         state.grad,
         posterior.target(state.noise_precision, state.group_precision),
-        multiplier * state.scales,
+        multiplier * scales,
         n_leapfrog,
         random_state,
         momentum=state.momentum,
         persistence=persistence,
     )
-    scales = state.scales
     state = state._replace(
         theta=step.q, log_prob=step.log_prob, grad=step.grad, momentum=step.momentum
     )
@@ -385,8 +401,17 @@ class WarmupAdaptation:
     trajectory duration of every chain adapts too, by the ChEES criterion
     (:class:`~sklearn_meanfield.hmc._sampler.ChEESAdaptation`), and
     :meth:`n_leapfrog` gives each iteration's jittered number of steps.
-    :meth:`freeze` ends the adaptation: the step size and the trajectory
-    length become their iterate averages, and nothing changes after.
+    With ``metric_windows`` a diagonal metric adapts too
+    (:class:`~sklearn_meanfield.hmc._sampler.MassMatrixAdaptation`): in each
+    window the variance of every weight divided by its step scale (Neal's,
+    from the current hyperparameters) is accumulated per chain, and at the
+    window's end the metric becomes its regularised square root, a factor on
+    the step scales; the step size is rescaled so that the weight moved
+    farthest in units of its spread keeps its step, dual averaging restarts
+    from there, and the trajectory lengths (``"chees"``) follow the step
+    size.  :meth:`freeze` ends the adaptation: the step size and the
+    trajectory length become their iterate averages, the metric stays, and
+    nothing changes after.
 
     Parameters
     ----------
@@ -400,6 +425,11 @@ class WarmupAdaptation:
         times the step-size multiplier); None for a fixed number of steps.
     max_leapfrog : int, default=1000
         Most leapfrog steps of one trajectory of the adaptive sampler.
+    metric_windows : list of (int, int) or None, default=None
+        Warm-up iterations (from 0, end exclusive) of the metric's slow
+        windows (:func:`~sklearn_meanfield.hmc._sampler.metric_windows`
+        shifted past the iterations with fixed precisions); None adapts no
+        metric.
 
     Examples
     --------
@@ -424,7 +454,16 @@ class WarmupAdaptation:
         target_accept=0.8,
         trajectory_length=None,
         max_leapfrog=1000,
+        metric_windows=None,
     ):
+        self.target_accept = target_accept
+        self.n_params = layout.n_params
+        self.iteration = 0
+        self.metric = (
+            None
+            if metric_windows is None
+            else MassMatrixAdaptation((n_chains, layout.n_params), metric_windows)
+        )
         self.log_step_size = np.full(n_chains, np.log(step_size))
         self.dual_averaging = DualAveraging(self.log_step_size, target=target_accept)
         self.log_group_sd = np.full((n_chains, layout.n_groups), np.log(0.5))
@@ -447,7 +486,15 @@ class WarmupAdaptation:
             trajectory_length=(
                 None if self.chees is None else self.chees.trajectory_length
             ),
+            metric=None if self.metric is None else self.metric.factor,
         )
+
+    def metric_factor(self):
+        """The metric's factors on the step scales, (n_chains, n_params):
+        ones when no metric is adapted."""
+        if self.metric is None:
+            return np.ones((len(self.log_step_size), self.n_params))
+        return self.metric.factor.copy()
 
     def n_leapfrog(self, iteration, default):
         """Leapfrog steps of every chain at ``iteration`` (from 0).
@@ -466,10 +513,11 @@ class WarmupAdaptation:
         """Adapt to one iteration (nothing once frozen).
 
         ``state``, the chains' state after the iteration, moves the centres of
-        the ChEES criterion.
+        the ChEES criterion and feeds the metric's variance estimates.
         """
         if self.frozen:
             return
+        iteration, self.iteration = self.iteration, self.iteration + 1
         if info.group_accept is not None:
             self.n_moves += 1
             rate = self.n_moves**-0.6
@@ -487,6 +535,16 @@ class WarmupAdaptation:
             if state is not None:
                 self.chees.observe(state.theta)
         self.log_step_size = self.dual_averaging.update(info.accept_prob)
+        if self.metric is not None and state is not None:
+            ratio = self.metric.update(iteration, state.theta / state.scales)
+            if ratio is not None:
+                log_ratio = np.log(ratio)
+                self.log_step_size = self.log_step_size + log_ratio
+                self.dual_averaging = DualAveraging(
+                    self.log_step_size, target=self.target_accept
+                )
+                if self.chees is not None:
+                    self.chees.restart(log_ratio)
 
     def freeze(self):
         """End of warm-up: keep the averaged step size (and length) from now on."""

@@ -308,6 +308,22 @@ class HMCNetworkRegressor(
         Most leapfrog steps of one trajectory with ``sampler="chees"`` (the
         adapted mean length is at most half of it): bounds the cost of a
         draw.  Ignored by ``"hmc"``.
+    adapt_mass_matrix : bool, default=False
+        Adapt a diagonal mass matrix (metric) per chain during warm-up, with
+        either sampler: Stan's windowed scheme (a fast initial buffer after
+        the iterations with fixed precisions, slow windows of doubling
+        length, a terminal buffer in which only the step size adapts).  In
+        each window the variance of every weight divided by its step scale
+        (Neal's, from the current hyperparameters) is estimated from the
+        chain's own draws and regularised toward 1 as Stan does; its square
+        root becomes a factor on that weight's step scale, so the metric
+        keeps following the hyperparameters through the step scales and
+        corrects them where the posterior's spread differs from the
+        curvature estimate.  After each window the step-size adaptation
+        restarts.  Frozen after warm-up (the momentum and the kinetic energy
+        use the same metric as the leapfrog, so the chain is exact); the
+        factors are ``step_scale_factors_``.  Each chain adapts from its own
+        draws: results do not depend on ``n_jobs``.
     step_size : float, default=0.2
         Initial global step-size multiplier (Neal's eta); the step of each
         weight is this times the inverse square root of its estimated
@@ -364,6 +380,13 @@ class HMCNetworkRegressor(
         Fraction of trajectories accepted after warm-up.
     step_size_ : ndarray of shape (n_chains,)
         The adapted step-size multiplier of each chain.
+    step_scale_factors_ : ndarray of shape (n_chains, n_params)
+        The adapted diagonal metric of each chain, as factors on Neal's step
+        scales ``s_i`` (from the hyperparameters): weight ``i`` moves with
+        step ``step_size_ * factor_i * s_i``, i.e. an inverse mass
+        ``(factor_i s_i)^2`` in standardised units.  Ones without
+        ``adapt_mass_matrix``.  Columns in the order of
+        ``parameter_draws_``.
     trajectory_length_ : ndarray of shape (n_chains,)
         Mean trajectory duration of each chain (leapfrog steps times the
         step-size multiplier): adapted with ``sampler="chees"``,
@@ -416,6 +439,10 @@ class HMCNetworkRegressor(
     scheme for setting trajectory lengths in Hamiltonian Monte Carlo.
     Proceedings of AISTATS, PMLR 130, 3907-3915.
 
+    Stan Development Team. Stan Reference Manual, "HMC algorithm
+    parameters: automatic parameter tuning" (windowed adaptation of the
+    step size and a diagonal metric).
+
     Yu, Y. and Meng, X.-L. (2011). To center or not to center: that is not the
     question. Journal of Computational and Graphical Statistics, 20(3),
     531-570.
@@ -454,6 +481,7 @@ class HMCNetworkRegressor(
         "sampler": [StrOptions({"chees", "hmc"})],
         "n_leapfrog": [Interval(Integral, 1, None, closed="left")],
         "max_leapfrog": [Interval(Integral, 1, None, closed="left")],
+        "adapt_mass_matrix": ["boolean"],
         "step_size": [Interval(Real, 0, None, closed="neither")],
         "persistence": [Interval(Real, 0, 1, closed="left")],
         "target_accept": [Interval(Real, 0, 1, closed="neither")],
@@ -473,6 +501,7 @@ class HMCNetworkRegressor(
         sampler="hmc",
         n_leapfrog=100,
         max_leapfrog=1000,
+        adapt_mass_matrix=False,
         step_size=0.2,
         persistence=0.0,
         target_accept=0.8,
@@ -488,6 +517,7 @@ class HMCNetworkRegressor(
         self.sampler = sampler
         self.n_leapfrog = n_leapfrog
         self.max_leapfrog = max_leapfrog
+        self.adapt_mass_matrix = adapt_mass_matrix
         self.step_size = step_size
         self.persistence = persistence
         self.target_accept = target_accept
@@ -556,6 +586,7 @@ class HMCNetworkRegressor(
             target_accept=self.target_accept,
             sampler=self.sampler,
             max_leapfrog=self.max_leapfrog,
+            adapt_mass_matrix=self.adapt_mass_matrix,
         )
         seeds = draw_seeds(check_random_state(self.random_state), self.n_chains)
         # Outputs without spread: the posterior is symmetric about them.
@@ -581,6 +612,7 @@ class HMCNetworkRegressor(
         self.n_divergent_ = draws.n_divergent
         self.step_size_ = draws.step_size
         self._trajectory_length = draws.trajectory_length
+        self.step_scale_factors_ = draws.metric
         # Per-draw statistics of every chain, (n_chains, n_kept).
         self._sample_stats = {
             "acceptance_rate": draws.accept_prob.T.copy(),
