@@ -8,7 +8,9 @@ from callback_helpers import TickDeadline
 from joblib import parallel_config
 from sklearn.exceptions import ConvergenceWarning
 
-from sklearn_meanfield import HMCNetworkRegressor
+from sklearn_meanfield import HMCNetworkRegressor, _memory
+from sklearn_meanfield.hmc import regressor
+from sklearn_meanfield.hmc._network import forward
 
 # Fits in this file are short on purpose (the defaults keep 1000 draws per
 # chain); their R-hat is often above 1.05, which the estimator rightly reports.
@@ -81,6 +83,57 @@ def test_sample_y_matches_predictive_moments(fitted_1d):
     functions = fitted_1d.predict_draws(X)
     assert functions.shape == (4 * 150, 3)
     np.testing.assert_allclose(functions.mean(axis=0), mean, rtol=1e-12)
+
+
+def _unblocked_predictions(model, X):
+    """All draws at all rows in one network evaluation, then the moments."""
+    layout = model._layout
+    draws = forward(model.parameter_draws_, model._x_scaler.transform(X), layout)
+    draws = model._y_scaler.inverse_mean(draws.outputs)[:, :, 0]
+    noise_var = np.mean(1.0 / model.noise_precision_draws_) * model._y_scaler.scale**2
+    return draws, draws.mean(axis=0), np.sqrt(draws.var(axis=0) + noise_var)
+
+
+@pytest.mark.parametrize("block_bytes", [None, 1])
+def test_predictions_in_row_blocks_equal_the_unblocked_computation(
+    fitted_1d, monkeypatch, block_bytes
+):
+    # Blocks of 7 rows (or of one row, when the byte budget forbids more)
+    # against one evaluation of every draw at every row.
+    monkeypatch.setattr(regressor, "_PREDICT_BLOCK", 7)
+    if block_bytes is not None:
+        monkeypatch.setattr(regressor, "_PREDICT_BLOCK_BYTES", block_bytes)
+    assert regressor._row_block(600, fitted_1d._layout) == (
+        7 if block_bytes is None else 1
+    )
+    X = np.linspace(-3, 3, 23)[:, None]
+    draws, mean, std = _unblocked_predictions(fitted_1d, X)
+    np.testing.assert_allclose(
+        fitted_1d.predict_draws(X), draws, rtol=1e-12, atol=1e-12
+    )
+    blocked_mean, blocked_std = fitted_1d.predict(X, return_std=True)
+    np.testing.assert_allclose(blocked_mean, mean, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(blocked_std, std, rtol=1e-12)
+    samples = fitted_1d.sample_y(X, n_samples=50, random_state=3)
+    monkeypatch.setattr(regressor, "_PREDICT_BLOCK", 10**6)
+    monkeypatch.setattr(regressor, "_PREDICT_BLOCK_BYTES", 2**60)
+    np.testing.assert_allclose(
+        fitted_1d.sample_y(X, n_samples=50, random_state=3), samples, rtol=1e-12
+    )
+
+
+def test_predict_draws_refuses_a_result_that_does_not_fit(fitted_1d, monkeypatch):
+    # 600 draws x 20,000 rows are 96 MB: refused under a 64 MiB budget,
+    # before any work, with the way out named; predict works in blocks and
+    # still answers, and a few rows still fit.
+    X = np.linspace(-2, 2, 20_000)[:, None]
+    monkeypatch.setattr(_memory, "available_memory_bytes", lambda: 2**26)
+    with pytest.raises(MemoryError, match=r"predict_draws of 600 draws at 20000 rows"):
+        fitted_1d.predict_draws(X)
+    with pytest.raises(MemoryError, match="smaller batches"):
+        fitted_1d.sample_y(X, n_samples=600)
+    assert fitted_1d.predict(X).shape == (20_000,)
+    assert fitted_1d.predict_draws(X[:100]).shape == (600, 100)
 
 
 def test_multi_output_noise_levels_and_shapes():

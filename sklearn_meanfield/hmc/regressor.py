@@ -24,9 +24,29 @@ from ._transition import NetworkPosterior
 
 __all__ = ["HMCNetworkRegressor"]
 
-# Test rows are pushed through all posterior draws in blocks of this many rows,
-# which bounds the memory of predict at n_draws * block * hidden floats.
+# Test rows are pushed through all posterior draws in blocks of at most this
+# many rows, fewer when a block's network activations (about n_draws * rows *
+# (2 hidden + 3 outputs) floats) would exceed _PREDICT_BLOCK_BYTES: predict and
+# sample_y then work in bounded memory for any number of rows and draws.
 _PREDICT_BLOCK = 64
+_PREDICT_BLOCK_BYTES = 64 * 2**20
+
+
+def _row_block(n_draws, layout):
+    """Rows per block of the predictions: at most ``_PREDICT_BLOCK``, and
+    about ``_PREDICT_BLOCK_BYTES`` of activations at most (one row at least).
+
+    Examples
+    --------
+    >>> from sklearn_meanfield.hmc._network import NetworkLayout
+    >>> from sklearn_meanfield.hmc.regressor import _row_block
+    >>> _row_block(4000, NetworkLayout(10, 10, 1))
+    64
+    >>> _row_block(400_000, NetworkLayout(10, 10, 1))
+    1
+    """
+    per_row = 8.0 * n_draws * (2 * layout.n_hidden + 3 * layout.n_outputs)
+    return int(max(1, min(_PREDICT_BLOCK, _PREDICT_BLOCK_BYTES // per_row)))
 
 
 def sampling_memory_bytes(n_samples, n_chains, n_train, n_params, n_outputs, n_groups):
@@ -641,12 +661,39 @@ class HMCNetworkRegressor(
         """Network outputs of every draw, (n_draws, n_rows, n_outputs), target units."""
         return self._y_scaler.inverse_mean(self._standardised_outputs(X))
 
+    def _check_draws_memory(self, n_rows, method, n_draws=None):
+        """Refuse a ``(n_draws, n_rows, n_outputs)`` result that would not fit.
+
+        The result plus one block of activations (:func:`_row_block`).
+        """
+        layout = self._layout
+        n_draws = len(self.parameter_draws_) if n_draws is None else n_draws
+        block = _row_block(n_draws, layout)
+        needed = (
+            8.0
+            * n_draws
+            * (
+                n_rows * layout.n_outputs
+                + block * (2 * layout.n_hidden + 3 * layout.n_outputs)
+            )
+        )
+        check_memory(
+            needed,
+            f"HMCNetworkRegressor.{method} of {n_draws} draws at {n_rows} rows",
+            "Pass the rows in smaller batches (each row's draws do not depend on "
+            "the other rows), or use predict(X, return_std=True) for the mean "
+            "and standard deviation, which works in bounded memory.",
+        )
+
     def predict_draws(self, X):
         """Network output of every posterior draw (no noise), in target units.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+
+        The rows go through the network in blocks (a bounded amount of
+        activations at a time); only the result itself grows with the rows.
 
         Returns
         -------
@@ -658,10 +705,23 @@ class HMCNetworkRegressor(
             ``n_samples`` unless a callback stopped the sampling), chain by
             chain: rows ``c * n_kept`` to ``(c + 1) * n_kept - 1`` are chain
             ``c`` in order.
+
+        Raises
+        ------
+        MemoryError
+            When the result (``n_draws * n_samples * n_outputs`` floats) would
+            not fit in the memory this process may use; raised before any
+            work.  Pass fewer rows at a time, or use :meth:`predict`.
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
-        draws = self._draw_outputs(X)
+        n_rows, n_draws = X.shape[0], len(self.parameter_draws_)
+        self._check_draws_memory(n_rows, "predict_draws")
+        draws = np.empty((n_draws, n_rows, self._layout.n_outputs))
+        block = _row_block(n_draws, self._layout)
+        for start in range(0, n_rows, block):
+            rows = slice(start, start + block)
+            draws[:, rows] = self._draw_outputs(X[rows])
         return draws[:, :, 0] if draws.shape[2] == 1 else draws
 
     def predict(self, X, return_std=False):
@@ -681,6 +741,9 @@ class HMCNetworkRegressor(
             Also return the predictive standard deviation: the spread of the
             network over the posterior plus the noise.
 
+        The mean and spread are computed by blocks of rows, with a bounded
+        amount of memory whatever the number of rows and draws.
+
         Returns
         -------
         y_mean : ndarray of shape (n_samples,) or (n_samples, n_outputs)
@@ -693,8 +756,9 @@ class HMCNetworkRegressor(
         noise_var = np.mean(1.0 / self.noise_precision_draws_, axis=0)
         constant = self._constant_outputs
         means, stds = [], []
-        for start in range(0, X.shape[0], _PREDICT_BLOCK):
-            draws = self._standardised_outputs(X[start : start + _PREDICT_BLOCK])
+        block = _row_block(len(self.parameter_draws_), self._layout)
+        for start in range(0, X.shape[0], block):
+            draws = self._standardised_outputs(X[start : start + block])
             mean = draws.mean(axis=0)
             mean[:, constant] = 0.0
             means.append(mean)
@@ -725,15 +789,31 @@ class HMCNetworkRegressor(
                 (n_samples_X, n_outputs, n_samples)
             The output axis is dropped for a single output, as in
             ``GaussianProcessRegressor``.
+
+        Raises
+        ------
+        MemoryError
+            When the result (``n_samples * n_samples_X * n_outputs`` floats)
+            would not fit in the memory this process may use; the network
+            itself is evaluated in blocks of rows.
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
+        n_samples, n_rows = int(n_samples), X.shape[0]
+        self._check_draws_memory(n_rows, "sample_y", n_draws=n_samples)
         rng = check_random_state(random_state)
-        index = rng.randint(len(self.parameter_draws_), size=int(n_samples))
-        Xs = self._x_scaler.transform(X)
-        outputs = forward(self.parameter_draws_[index], Xs, self._layout).outputs
+        index = rng.randint(len(self.parameter_draws_), size=n_samples)
         noise_sd = 1.0 / np.sqrt(self.noise_precision_draws_[index])
-        samples = outputs + noise_sd[:, None, :] * rng.standard_normal(outputs.shape)
+        # The noise first, in one draw (the stream of the whole array), then
+        # the network in blocks of rows added to it in place.
+        samples = rng.standard_normal((n_samples, n_rows, self._layout.n_outputs))
+        samples *= noise_sd[:, None, :]
+        Xs = self._x_scaler.transform(X)
+        theta = self.parameter_draws_[index]
+        block = _row_block(n_samples, self._layout)
+        for start in range(0, n_rows, block):
+            rows = slice(start, start + block)
+            samples[:, rows] += forward(theta, Xs[rows], self._layout).outputs
         samples = self._y_scaler.inverse_mean(samples)  # (n_samples, n_X, m)
         return self._like_y(samples.transpose(1, 2, 0))
 
