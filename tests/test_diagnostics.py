@@ -421,10 +421,16 @@ def test_bethe_close_at_weak_coupling(form):
 
 def test_bethe_of_a_fitted_betherbm_is_its_own_estimate():
     # method="bethe" is the bipartite message passing, which a BetheRBM
-    # fitted with method="bipartite" runs too (warm-started).
+    # fitted with method="bipartite" and log_partition="single" runs too
+    # (warm-started).
     X = _tiny_data()
     model = BetheRBM(
-        n_components=3, learning_rate=0.1, n_iter=20, random_state=0, method="bipartite"
+        n_components=3,
+        learning_rate=0.1,
+        n_iter=20,
+        random_state=0,
+        method="bipartite",
+        log_partition="single",
     ).fit(X)
     assert rbm_log_partition(model, method="bethe") == pytest.approx(
         model.log_partition_function(), abs=1e-6
@@ -442,7 +448,12 @@ def test_relaxed_form_of_a_fitted_relaxed_betherbm_is_its_own_estimate():
     # (unique) fixed point, warm-started.
     X = _tiny_data()
     model = BetheRBM(
-        n_components=3, learning_rate=0.1, n_iter=20, random_state=0, method="relaxed"
+        n_components=3,
+        learning_rate=0.1,
+        n_iter=20,
+        random_state=0,
+        method="relaxed",
+        log_partition="single",
     ).fit(X)
     result = rbm_bethe_solve(model, bethe_form="relaxed", tol=1e-10)
     assert result.converged

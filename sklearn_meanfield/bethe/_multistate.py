@@ -52,6 +52,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import expit, logsumexp
 
+from ._exact import exact_log_partition
 from ._message_passing import (
     _bipartite_hidden_cavity,
     _bipartite_visible_cavity,
@@ -61,15 +62,28 @@ from ._message_passing import (
     stability,
     to_spin,
 )
+from ._relaxed import relaxed_log_z, relaxed_stability
+
+# Starts that the undamped TAP iteration leaves unconverged are run again with
+# this damping (as BetheRBM's own solves), for at most this many sweeps.
+_FALLBACK_DAMPING = 0.5
+_FALLBACK_SWEEPS = 2000
+# relaxed_solve_batch gives up on a start whose step has not shrunk by a
+# tenth over this many sweeps.
+_STALL_SWEEPS = 100
 
 __all__ = [
     "BetheState",
     "MultistateResult",
     "clamped_log_partition",
     "edge_correlations",
+    "estimate_log_partition",
     "loop_correction",
     "model_seeds",
     "multistate_log_partition",
+    "relaxed_loop_correction",
+    "relaxed_multistate_log_partition",
+    "relaxed_solve_batch",
     "seeded_messages",
 ]
 
@@ -220,19 +234,170 @@ def loop_correction(weights, visible_bias, hidden_bias, messages):
     True
     """
     rho = edge_correlations(weights, visible_bias, hidden_bias, messages)
-    n_hidden, n_visible = rho.shape
+    return -0.5 * _ihara_bass_log_det(rho)
+
+
+def _ihara_bass_log_det(rho):
+    """``log det(I - B)`` of the non-backtracking matrix weighted by ``rho``.
+
+    The weighted Ihara-Bass formula (module docstring) with the block of the
+    larger layer eliminated by its Schur complement: one determinant of the
+    size of the smaller layer.  NaN when ``I + D - A`` is not positive
+    definite (a saddle).
+    """
+    if rho.shape[0] > rho.shape[1]:
+        rho = rho.T
     one_minus = (1.0 - rho) * (1.0 + rho)
     off = rho / one_minus
     diag = rho * off  # rho^2 / (1 - rho^2)
-    matrix = np.zeros((n_hidden + n_visible, n_hidden + n_visible))
-    matrix[:n_hidden, n_hidden:] = -off
-    matrix[n_hidden:, :n_hidden] = -off.T
-    idx = np.arange(n_hidden + n_visible)
-    matrix[idx, idx] = 1.0 + np.concatenate([diag.sum(axis=1), diag.sum(axis=0)])
-    sign, log_det = np.linalg.slogdet(matrix)
+    inner = 1.0 + diag.sum(axis=0)  # the larger layer, diagonal
+    schur = -(off / inner) @ off.T
+    schur[np.diag_indices_from(schur)] += 1.0 + diag.sum(axis=1)
+    sign, log_det = np.linalg.slogdet(schur)
     if not sign > 0:
         return float("nan")
-    return float(-0.5 * (log_det + np.log(one_minus).sum()))
+    return float(log_det + np.log(inner).sum() + np.log(one_minus).sum())
+
+
+def relaxed_loop_correction(weights, mean_visible, mean_hidden):
+    """Loop correction ``-1/2 log det(I - B)`` at a relaxed (TAP) fixed point.
+
+    The relaxed form keeps node means, not edge messages, so the edge
+    correlations of :func:`edge_correlations` are taken in the same large-N
+    limit: ``rho_ai = tanh(J_ai) sqrt((1 - s_a^2)(1 - s_i^2))`` with ``J =
+    W / 4`` and ``s = 2 m - 1`` the spin means, i.e. ``tanh(W / 4) * 4
+    sqrt(var_h var_v)`` in {0, 1} units (first order in the coupling as the
+    relaxed equations, exact for two spins without fields, and always in
+    (-1, 1)).  The determinant is then that of :func:`loop_correction`.
+    On the trained digits models of ``benchmarks/bench_rbm_log_likelihood.py``
+    it is within 0.2 nat of :func:`loop_correction` at the bipartite fixed
+    point that the same means start.
+
+    Parameters
+    ----------
+    weights : ndarray of shape (n_hidden, n_visible)
+        BernoulliRBM's ``components_``.
+    mean_visible : ndarray of shape (n_visible,)
+    mean_hidden : ndarray of shape (n_hidden,)
+        The fixed point's means, in {0, 1} units.
+
+    Returns
+    -------
+    float
+        The correction to add to the TAP ``log Z``; NaN at a saddle.
+
+    Examples
+    --------
+    One hidden unit: a tree, no cycle, no correction.
+
+    >>> import numpy as np
+    >>> from sklearn_meanfield.bethe._multistate import relaxed_loop_correction
+    >>> W = np.array([[1.0, -2.0, 0.5]])
+    >>> abs(relaxed_loop_correction(W, np.full(3, 0.4), np.full(1, 0.6))) < 1e-12
+    True
+    """
+    var_v = mean_visible * (1.0 - mean_visible)
+    var_h = mean_hidden * (1.0 - mean_hidden)
+    rho = (
+        np.tanh(0.25 * np.asarray(weights, dtype=float))
+        * 4.0
+        * np.sqrt(np.outer(var_h, var_v))
+    )
+    return -0.5 * _ihara_bass_log_det(rho)
+
+
+def relaxed_solve_batch(
+    weights,
+    visible_bias,
+    hidden_bias,
+    mean_visible,
+    mean_hidden,
+    *,
+    damping=0.0,
+    tol=1e-7,
+    max_sweeps=300,
+):
+    """The TAP iteration of :func:`~._relaxed.relaxed_sweep` from many starts.
+
+    Each row is one start; the rows advance together (matrix products instead
+    of matrix-vector ones), and a row stops as soon as none of its means moves
+    by ``tol``.  Rows still moving after ``max_sweeps``, or whose largest step
+    has not shrunk by a tenth over 100 sweeps (on trained models, undamped
+    updates sometimes settle in a 2-cycle), are reported unconverged.
+
+    Parameters
+    ----------
+    weights, visible_bias, hidden_bias : ndarray
+        {0, 1} parameters.
+    mean_visible : ndarray of shape (n_starts, n_visible)
+    mean_hidden : ndarray of shape (n_starts, n_hidden)
+        The starts (not modified).
+    damping : float in [0, 1), default=0.0
+        Fraction of the previous means kept.  Undamped iteration converges
+        in about half the sweeps of damping 0.5 on trained digits models and
+        from more starts.
+    tol : float, default=1e-7
+    max_sweeps : int, default=300
+
+    Returns
+    -------
+    mean_visible : ndarray of shape (n_starts, n_visible)
+    mean_hidden : ndarray of shape (n_starts, n_hidden)
+    converged : ndarray of bool, shape (n_starts,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.bethe._relaxed import relaxed_solve
+    >>> from sklearn_meanfield.bethe._multistate import relaxed_solve_batch
+    >>> rng = np.random.RandomState(0)
+    >>> W, b, c = rng.normal(0, 0.3, (3, 5)), rng.normal(size=5), rng.normal(size=3)
+    >>> m_v, m_h, ok = relaxed_solve_batch(W, b, c, np.full((2, 5), 0.5),
+    ...                                    np.full((2, 3), 0.5))
+    >>> one = relaxed_solve(W, b, c, tol=1e-10)
+    >>> bool(ok.all()), bool(np.allclose(m_v[1], one.mean_visible, atol=1e-6))
+    (True, True)
+    """
+    weights = np.asarray(weights, dtype=float)
+    weights_sq = weights * weights
+    m_v = np.array(mean_visible, dtype=float, ndmin=2)
+    m_h = np.array(mean_hidden, dtype=float, ndmin=2)
+    active = np.ones(m_v.shape[0], dtype=bool)
+    last = np.full(m_v.shape[0], np.inf)
+    checkpoint = np.full(m_v.shape[0], np.inf)
+    for sweep in range(1, max_sweeps + 1):
+        rows = np.flatnonzero(active)
+        if rows.size == 0:
+            break
+        old_v, old_h = m_v[rows], m_h[rows]
+        new_h = expit(
+            hidden_bias
+            + old_v @ weights.T
+            - (old_h - 0.5) * ((old_v - old_v * old_v) @ weights_sq.T)
+        )
+        if damping:
+            new_h = (1.0 - damping) * new_h + damping * old_h
+        new_v = expit(
+            visible_bias
+            + new_h @ weights
+            - (old_v - 0.5) * ((new_h - new_h * new_h) @ weights_sq)
+        )
+        if damping:
+            new_v = (1.0 - damping) * new_v + damping * old_v
+        delta = np.maximum(
+            np.abs(new_h - old_h).max(axis=1), np.abs(new_v - old_v).max(axis=1)
+        )
+        m_v[rows], m_h[rows] = new_v, new_h
+        last[rows] = delta
+        active[rows[delta < tol]] = False
+        if sweep % _STALL_SWEEPS == 0:
+            # A row whose step has not shrunk by a tenth in this many sweeps
+            # is in a cycle (or converges too slowly to finish): give up.
+            stalled = active & (last > 0.9 * checkpoint)
+            active &= ~stalled
+            checkpoint = last.copy()
+    converged = last < tol
+    return m_v, m_h, converged
 
 
 def seeded_messages(weights, visible_bias, hidden_bias, visible, strength=2.0):
@@ -458,8 +623,155 @@ def multistate_log_partition(
     return MultistateResult(log_z, log_z_bethe, states, len(starts), n_converged)
 
 
+def relaxed_multistate_log_partition(
+    weights,
+    visible_bias,
+    hidden_bias,
+    seeds,
+    *,
+    loop=True,
+    damping=0.0,
+    tol=1e-7,
+    max_sweeps=300,
+    distinct_tol=1e-3,
+):
+    """:func:`multistate_log_partition` with the relaxed (TAP) equations.
+
+    The TAP iteration (:func:`relaxed_solve_batch`) runs from means 1/2 and
+    from every row ``v`` of ``seeds`` (visible means ``v``, hidden means
+    ``sigmoid(c + W v)``), all starts at once; the converged fixed points are
+    grouped as in :func:`multistate_log_partition`, and
+
+        ``log Z ~ logsumexp_k (log Z_TAP^(k) + Delta_k)``
+
+    with ``Delta_k`` the :func:`relaxed_loop_correction` of fixed point ``k``
+    (a fixed point whose correction is NaN counts without it).
+    A sweep costs four matrix products with ``W`` and ``W**2`` for all starts,
+    against per-edge transcendental functions of the bipartite messages: on
+    the benchmark's digits models it is 5-20 times cheaper than
+    :func:`multistate_log_partition` from the same starts, for estimates
+    within 0.2 nat of it.
+
+    Parameters
+    ----------
+    weights : ndarray of shape (n_hidden, n_visible)
+    visible_bias : ndarray of shape (n_visible,)
+    hidden_bias : ndarray of shape (n_hidden,)
+    seeds : ndarray of shape (n_seeds, n_visible)
+        Visible states in [0, 1] to start from (training data, the visible
+        means of a persistent state, samples of the model).
+    loop : bool, default=True
+        Add the loop correction; False sums the plain TAP ``log Z``.
+    damping, tol, max_sweeps
+        Settings of :func:`relaxed_solve_batch`; the starts that do not
+        converge are run again with damping 0.5, for up to 2000 sweeps.
+    distinct_tol : float, default=1e-3
+        Fixed points whose means agree within this are one.
+
+    Returns
+    -------
+    MultistateResult
+        Its states' ``log_z_bethe`` are TAP ``log Z`` and their ``messages``
+        the means ``(mean_visible, mean_hidden)``.
+
+    Raises
+    ------
+    RuntimeError
+        If no start converged.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.bethe._exact import exact_log_partition
+    >>> from sklearn_meanfield.bethe._multistate import (
+    ...     relaxed_multistate_log_partition)
+    >>> rng = np.random.RandomState(1)
+    >>> W, b, c = rng.normal(0, 0.5, (6, 20)), rng.normal(size=20), rng.normal(size=6)
+    >>> seeds = (rng.uniform(size=(5, 20)) < 0.5).astype(float)
+    >>> result = relaxed_multistate_log_partition(W, b, c, seeds)
+    >>> len(result.states), result.n_starts
+    (1, 6)
+    >>> bool(abs(result.log_z - exact_log_partition(W, b, c)) < 0.01)
+    True
+    """
+    weights = np.asarray(weights, dtype=float)
+    visible_bias = np.asarray(visible_bias, dtype=float)
+    hidden_bias = np.asarray(hidden_bias, dtype=float)
+    n_hidden, n_visible = weights.shape
+    seeds = np.asarray(seeds, dtype=float).reshape(-1, n_visible)
+    start_v = np.vstack([np.full(n_visible, 0.5), seeds])
+    start_h = expit(hidden_bias + start_v @ weights.T)
+    start_h[0] = 0.5
+    m_v, m_h, converged = relaxed_solve_batch(
+        weights,
+        visible_bias,
+        hidden_bias,
+        start_v,
+        start_h,
+        damping=damping,
+        tol=tol,
+        max_sweeps=max_sweeps,
+    )
+    retry = np.flatnonzero(~converged)
+    if retry.size and damping < _FALLBACK_DAMPING:
+        # Parallel updates can settle in a 2-cycle; damping breaks it.
+        m_v[retry], m_h[retry], converged[retry] = relaxed_solve_batch(
+            weights,
+            visible_bias,
+            hidden_bias,
+            start_v[retry],
+            start_h[retry],
+            damping=_FALLBACK_DAMPING,
+            tol=tol,
+            max_sweeps=max(max_sweeps, _FALLBACK_SWEEPS),
+        )
+    states = []
+    for row in np.flatnonzero(converged):
+        means = (m_v[row], m_h[row])
+        for k, state in enumerate(states):
+            if (
+                np.max(np.abs(state.mean_visible - means[0])) < distinct_tol
+                and np.max(np.abs(state.mean_hidden - means[1])) < distinct_tol
+            ):
+                states[k] = state._replace(n_starts=state.n_starts + 1)
+                break
+        else:
+            log_z = relaxed_log_z(weights, visible_bias, hidden_bias, means)
+            correction = relaxed_loop_correction(weights, *means) if loop else 0.0
+            states.append(
+                BetheState(
+                    log_z + correction,
+                    log_z,
+                    correction,
+                    means[0],
+                    means[1],
+                    relaxed_stability(weights, means),
+                    1,
+                    means,
+                )
+            )
+    if not states:
+        raise RuntimeError(
+            f"None of the {len(start_v)} TAP starts converged in {max_sweeps} "
+            "sweeps; raise max_sweeps or damping."
+        )
+    states.sort(key=lambda s: -s.log_z_bethe)
+    # The iteration converges to attractors, not saddles: a non-positive
+    # determinant marks where the weak-coupling edge correlations fail (strong
+    # couplings on few units), and such a state counts uncorrected.
+    counted = [s.log_z if np.isfinite(s.log_z) else s.log_z_bethe for s in states]
+    log_z_bethe = float(logsumexp([s.log_z_bethe for s in states]))
+    return MultistateResult(
+        float(logsumexp(counted)),
+        log_z_bethe,
+        states,
+        len(start_v),
+        int(converged.sum()),
+    )
+
+
 def clamped_log_partition(
-    weights, visible_bias, hidden_bias, seeds, n_clamped, **options
+    weights, visible_bias, hidden_bias, seeds, n_clamped, *, form="bipartite", **options
 ):
     """:func:`multistate_log_partition` with ``n_clamped`` hidden units clamped.
 
@@ -485,9 +797,13 @@ def clamped_log_partition(
     n_clamped : int
         Number of hidden units clamped (at most ``n_hidden``); 0 is
         :func:`multistate_log_partition` itself.
+    form : {"bipartite", "relaxed"}, default="bipartite"
+        ``"bipartite"``: every term by :func:`multistate_log_partition`;
+        ``"relaxed"``: by :func:`relaxed_multistate_log_partition` (the TAP
+        equations, much cheaper on large models).
     **options
         Keywords of :func:`multistate_log_partition` (``loop``, ``damping``,
-        ...), for every term.
+        ...), or of :func:`relaxed_multistate_log_partition`, for every term.
 
     Returns
     -------
@@ -519,9 +835,14 @@ def clamped_log_partition(
     visible_bias = np.asarray(visible_bias, dtype=float)
     hidden_bias = np.asarray(hidden_bias, dtype=float)
     n_clamped = min(int(n_clamped), weights.shape[0])
-    base = multistate_log_partition(
-        weights, visible_bias, hidden_bias, seeds, **options
-    )
+    forms = {
+        "bipartite": multistate_log_partition,
+        "relaxed": relaxed_multistate_log_partition,
+    }
+    if form not in forms:
+        raise ValueError(f"form must be one of {tuple(forms)}, got {form!r}.")
+    multistate = forms[form]
+    base = multistate(weights, visible_bias, hidden_bias, seeds, **options)
     if n_clamped == 0:
         return base.log_z, np.array([], dtype=int)
     log_mass = np.array([state.log_z_bethe for state in base.states])
@@ -543,10 +864,86 @@ def clamped_log_partition(
         assignment = np.array(assignment)
         bias = visible_bias + assignment @ weights[clamped]
         if kept.size:
-            log_z = multistate_log_partition(
+            log_z = multistate(
                 weights[kept], bias, hidden_bias[kept], state_seeds, **options
             ).log_z
         else:  # no hidden unit left: independent visible units
             log_z = float(np.logaddexp(0.0, bias).sum())
         terms.append(assignment @ hidden_bias[clamped] + log_z)
     return float(logsumexp(terms)), clamped
+
+
+# estimate_log_partition: enumerate when 2**(smaller layer) * (larger layer)
+# is at most this (16 x 64 or 12 x 784 units, tens of milliseconds) ...
+EXACT_MAX_TERMS = 1 << 22
+# ... else the relaxed multi-state sum, with this many hidden units clamped
+# when there are at most CLAMP_MAX_HIDDEN: on digits models of 12-20 hidden
+# units clamping 3 brought the largest error against enumeration from 0.94 to
+# 0.21 nat; at 64 and 256 it changed nothing beyond 0.2 nat for 4-8 times the
+# cost.
+CLAMP_MAX_HIDDEN = 32
+N_CLAMPED = 3
+
+
+def estimate_log_partition(weights, visible_bias, hidden_bias, seeds):
+    """BetheRBM's default ``log Z``: exact when cheap, else multi-state TAP.
+
+    When ``2**min(n_hidden, n_visible) * max(n_hidden, n_visible)`` is at
+    most :data:`EXACT_MAX_TERMS` the smaller layer is enumerated
+    (:func:`~._exact.exact_log_partition`), which is then as fast as the
+    approximation.  Otherwise the distinct relaxed (TAP) fixed points reached
+    from ``seeds`` and from means 1/2, each with its loop correction, are
+    summed (:func:`relaxed_multistate_log_partition`), with
+    :data:`N_CLAMPED` hidden units clamped when there are at most
+    :data:`CLAMP_MAX_HIDDEN` (:func:`clamped_log_partition`; without
+    clamping if a clamped model converges from no start).  The result is a
+    deterministic function of the parameters and the seeds.
+
+    Parameters
+    ----------
+    weights : ndarray of shape (n_hidden, n_visible)
+    visible_bias : ndarray of shape (n_visible,)
+    hidden_bias : ndarray of shape (n_hidden,)
+    seeds : ndarray of shape (n_seeds, n_visible)
+        Visible states in [0, 1] to start the TAP iteration from: rows of the
+        training data, the visible means of the persistent fixed point,
+        visible means of samples of the model.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    RuntimeError
+        If no TAP start converged.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.bethe._exact import exact_log_partition
+    >>> from sklearn_meanfield.bethe._multistate import estimate_log_partition
+    >>> rng = np.random.RandomState(0)
+    >>> W, b, c = rng.normal(0, 0.1, (4, 30)), rng.normal(size=30), np.zeros(4)
+    >>> bool(estimate_log_partition(W, b, c, np.zeros((0, 30)))
+    ...      == exact_log_partition(W, b, c))
+    True
+    """
+    weights = np.asarray(weights, dtype=float)
+    n_hidden, n_visible = weights.shape
+    small, large = sorted((n_hidden, n_visible))
+    if small < 64 and (1 << small) * large <= EXACT_MAX_TERMS:
+        return float(exact_log_partition(weights, visible_bias, hidden_bias))
+    n_clamped = N_CLAMPED if n_hidden <= CLAMP_MAX_HIDDEN else 0
+    try:
+        log_z, _ = clamped_log_partition(
+            weights, visible_bias, hidden_bias, seeds, n_clamped, form="relaxed"
+        )
+    except RuntimeError:
+        if not n_clamped:
+            raise
+        # A clamped model whose TAP iteration converges from no start.
+        log_z, _ = clamped_log_partition(
+            weights, visible_bias, hidden_bias, seeds, 0, form="relaxed"
+        )
+    return float(log_z)
