@@ -64,7 +64,7 @@ def spread_gaussian_run():
         n_samples=100,
         step_size=0.1,
         n_leapfrog=10,
-        adapt_mass_matrix=True,
+        adapt_mass_matrix="variance",
     )
 
 
@@ -85,6 +85,45 @@ def test_adapted_metric_recovers_known_variances(spread_gaussian_run):
     assert np.all(np.abs(ratio.mean(axis=0) - 1) < np.minimum(4 * error, 0.06))
     # Without adaptation the metric would be ones: 1e-4 .. 1e2 off.
     assert np.all(np.ptp(np.log10(spread_gaussian_run.metric), axis=1) > 2)
+
+
+@pytest.mark.parametrize("estimator", ["variance", "fisher"])
+def test_metric_estimators_on_a_correlated_gaussian(estimator):
+    # sds 0.1, 10 and 1, the first two correlated 0.9. Stan's estimator
+    # takes the marginal variance Sigma_ii; the Fisher-divergence one the
+    # geometric mean of the marginal and the conditional variance
+    # 1 / (Sigma^-1)_ii, here a factor 1 / sqrt(1 - 0.9^2) = 2.3 apart.
+    sd = np.array([0.1, 10.0, 1.0])
+    corr = np.array([[1.0, 0.9, 0.0], [0.9, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    cov = corr * np.outer(sd, sd)
+    n_chains, n = 60, 200  # the last window of 500 warm-up iterations
+    start = np.random.default_rng(1).multivariate_normal(np.zeros(3), cov, n_chains)
+    out = adaptive_hmc(
+        gaussian_target(np.zeros(3), cov),
+        start,
+        ChainRandom(range(n_chains)),
+        n_warmup=500,
+        n_samples=1,
+        step_size=0.1,
+        n_leapfrog=10,
+        adapt_mass_matrix=estimator,
+    )
+    marginal = regularized_variance(np.diag(cov), n)
+    conditional = 1.0 / np.diag(np.linalg.inv(cov))
+    fisher = np.sqrt(marginal / regularized_variance(1.0 / conditional, n))
+    expected, other = (
+        (marginal, fisher) if estimator == "variance" else (fisher, marginal)
+    )
+    ratio = out.metric**2 / expected
+    # The chains' average within 6% and 4 standard errors (the ratio of two
+    # variance estimates is biased by their relative variance, about 1%).
+    # For the independent unit coordinate the gradient is -q: the Fisher
+    # estimate is exactly 1 in every chain.
+    error = ratio.std(axis=0, ddof=1) / np.sqrt(n_chains)
+    assert np.all(np.abs(ratio.mean(axis=0) - 1) <= np.minimum(4 * error, 0.06))
+    # The other estimator's expectation is off by a factor 2.7 or more on the
+    # correlated pair.
+    assert np.all(np.abs(np.log(ratio.mean(axis=0) * expected / other))[:2] > 0.9)
 
 
 def test_frozen_metric_leaves_the_target_invariant(spread_gaussian_run):
@@ -163,8 +202,13 @@ def _posterior(n=40, seed=0):
     )
 
 
-@pytest.mark.parametrize("sampler", ["hmc", "chees"])
-def test_network_metric_is_the_regularised_spread_of_the_scaled_weights(sampler):
+@pytest.mark.parametrize(
+    "sampler, estimator",
+    [("hmc", "variance"), ("chees", "variance"), ("hmc", "fisher")],
+)
+def test_network_metric_is_the_regularised_spread_of_the_scaled_weights(
+    sampler, estimator
+):
     # The metric of each chain, recomputed by brute force from the states
     # the chain visited: in every window the variance (ddof 1) of the
     # weights divided by the step scales of their precisions, regularised
@@ -176,18 +220,24 @@ def test_network_metric_is_the_regularised_spread_of_the_scaled_weights(sampler)
         n_leapfrog=8,
         step_size=0.2,
         sampler=sampler,
-        adapt_mass_matrix=True,
+        adapt_mass_matrix=estimator,
     )
-    scaled = []
+    scaled, gradients = [], []
 
     def record(iteration, state, info):
         scaled.append(state.theta / state.scales)
+        gradients.append(state.grad * state.scales)
         return False
 
     out = run_chains(posterior, [3, 4], settings, on_iteration=record)
     start, end = settings.metric_windows()[-1]
-    window = np.array(scaled[start:end])
-    expected = np.sqrt(regularized_variance(window.var(axis=0, ddof=1), end - start))
+    n = end - start
+    variance = regularized_variance(np.var(scaled[start:end], axis=0, ddof=1), n)
+    if estimator == "variance":
+        expected = np.sqrt(variance)
+    else:
+        grad_variance = np.var(gradients[start:end], axis=0, ddof=1)
+        expected = (variance / regularized_variance(grad_variance, n)) ** 0.25
     np.testing.assert_allclose(out.metric, expected, rtol=1e-10)
     assert np.ptp(np.log(out.metric)) > 1  # not a constant factor
     # Each chain's metric and draws depend on its own seed only.

@@ -20,7 +20,7 @@ from joblib import effective_n_jobs
 
 from .._parallel import run_parallel
 from .._progress import ProgressReporter
-from ._sampler import metric_windows
+from ._sampler import _resolve_estimator, metric_windows
 from ._transition import WarmupAdaptation, transition
 
 __all__ = [
@@ -129,10 +129,12 @@ class ChainSettings:
         trajectory's length is jittered.
     max_leapfrog : int, default=1000
         Most leapfrog steps of one trajectory with ``"chees"``.
-    adapt_mass_matrix : bool, default=False
+    adapt_mass_matrix : bool or {"variance", "fisher"}, default=False
         Adapt a diagonal metric (factors on Neal's step scales) in Stan's
         windows over the warm-up iterations after the fixed-precision ones
-        (:meth:`metric_windows`).
+        (:meth:`metric_windows`), with the estimator named
+        (:class:`~sklearn_meanfield.hmc._sampler.MassMatrixAdaptation`;
+        True: ``"fisher"``).
     """
 
     n_samples: int
@@ -143,12 +145,17 @@ class ChainSettings:
     target_accept: float = 0.8
     sampler: str = "hmc"
     max_leapfrog: int = 1000
-    adapt_mass_matrix: bool = False
+    adapt_mass_matrix: object = False
 
     @property
     def n_fixed(self):
         """Early warm-up iterations with the precisions held fixed."""
         return self.n_warmup // 5
+
+    @property
+    def metric_estimator(self):
+        """The metric's estimator, ``"variance"`` or ``"fisher"``, or None."""
+        return _resolve_estimator(self.adapt_mass_matrix)
 
     def metric_windows(self):
         """Slow windows of the metric adaptation, in warm-up iterations, or None.
@@ -164,7 +171,7 @@ class ChainSettings:
         >>> ChainSettings(1000, 500, 100, 0.2, adapt_mass_matrix=True).metric_windows()
         [(175, 200), (200, 250), (250, 450)]
         """
-        if not self.adapt_mass_matrix:
+        if self.metric_estimator is None:
             return None
         n_fixed = self.n_fixed
         return [
@@ -389,6 +396,7 @@ def run_chains(posterior, seeds, settings, on_iteration=None):
         ),
         max_leapfrog=settings.max_leapfrog,
         metric_windows=settings.metric_windows(),
+        metric_estimator=settings.metric_estimator or "variance",
     )
     recorder = _DrawRecorder(posterior, n_chains, settings)
     stop, n_warmup = False, settings.n_warmup

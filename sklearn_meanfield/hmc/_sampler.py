@@ -37,6 +37,10 @@ terminal buffer; the variance estimate regularised toward a constant).
 Betancourt, M. (2017). A conceptual introduction to Hamiltonian Monte Carlo.
 arXiv:1701.02434 (section 4.2: the metric as the inverse covariance of the
 target, adapted in warm-up).
+
+Seyboldt, A., Carlson, E. L. and Carpenter, B. (2026). Preconditioning
+Hamiltonian Monte Carlo by minimizing Fisher divergence. arXiv:2603.18845
+(the diagonal metric from the variances of the draws and of the gradients).
 """
 
 from typing import NamedTuple
@@ -659,6 +663,13 @@ class RunningVariance:
         return self.m2 / max(self.n - 1, 1)
 
 
+def _resolve_estimator(adapt_mass_matrix):
+    """``adapt_mass_matrix`` (bool or estimator name) as an estimator or None."""
+    if adapt_mass_matrix is False or adapt_mass_matrix is None:
+        return None
+    return "fisher" if adapt_mass_matrix is True else str(adapt_mass_matrix)
+
+
 class MassMatrixAdaptation:
     """Windowed adaptation of a diagonal metric, per chain (Stan's scheme).
 
@@ -669,9 +680,17 @@ class MassMatrixAdaptation:
     in the kinetic energy the Metropolis test uses (the same metric in the
     leapfrog and the energy, so the chain is exact with any frozen ``f``).
     Within each window of :func:`metric_windows` the variance of every scaled
-    coordinate ``q_i / s_i`` is accumulated per chain; at the window's end
-    ``f_i`` becomes the square root of its :func:`regularized_variance`, and
-    :meth:`update` returns the factor by which the step size should change
+    coordinate ``z_i = q_i / s_i`` is accumulated per chain, and with the
+    ``"fisher"`` estimator that of its gradient ``g_i = s_i d log p / d q_i``
+    too; at the window's end ``f_i`` becomes the square root of the
+    :func:`regularized_variance` of ``z_i`` (``"variance"``, Stan's), or
+    ``(var z_i / var g_i)^(1/4)`` with both variances regularised
+    (``"fisher"``: the diagonal metric that minimises the sample Fisher
+    divergence to a standard normal, Seyboldt, Carlson and Carpenter 2026;
+    exact for a diagonal Gaussian, and for a correlated one the geometric
+    mean of the marginal and the conditional sd, where Stan's takes the
+    marginal, which the step size must then undo for the narrow
+    directions).  :meth:`update` returns the factor by which the step size should change
     so that the coordinate moved farthest in units of its spread keeps its
     step (the step-size adaptation then restarts from there).  Estimating in
     the coordinates the step scales normalise, rather than in the raw
@@ -685,6 +704,7 @@ class MassMatrixAdaptation:
         ``(n_chains, n_params)``.
     windows : list of (int, int)
         Windows (:func:`metric_windows`) in iterations counted from 0.
+    estimator : {"variance", "fisher"}, default="variance"
 
     Attributes
     ----------
@@ -708,13 +728,24 @@ class MassMatrixAdaptation:
     array([1.9])
     """
 
-    def __init__(self, shape, windows):
+    def __init__(self, shape, windows, estimator="variance"):
         self.windows = list(windows)
+        self.estimator = estimator
         self.factor = np.ones(shape)
         self.running = RunningVariance(shape)
+        self.running_grad = RunningVariance(shape)
 
-    def update(self, iteration, scaled_position):
-        """Record the chains' scaled positions ``q / s`` after ``iteration``.
+    def _estimate(self):
+        n = self.running.n
+        variance = regularized_variance(self.running.variance(), n)
+        if self.estimator == "variance":
+            return np.sqrt(variance)
+        grad_variance = regularized_variance(self.running_grad.variance(), n)
+        return (variance / grad_variance) ** 0.25
+
+    def update(self, iteration, scaled_position, scaled_gradient=None):
+        """Record the chains' scaled positions ``q / s`` after ``iteration``
+        (and, for ``"fisher"``, the gradients ``s d log p / d q`` there).
 
         Returns
         -------
@@ -725,14 +756,14 @@ class MassMatrixAdaptation:
         for start, end in self.windows:
             if start <= iteration < end:
                 self.running.add(scaled_position)
+                if self.estimator != "variance":
+                    self.running_grad.add(scaled_gradient)
                 if iteration == end - 1:
-                    variance = regularized_variance(
-                        self.running.variance(), self.running.n
-                    )
-                    new = np.sqrt(variance)
+                    new = self._estimate()
                     ratio = np.max(self.factor / new, axis=1)
                     self.factor = new
                     self.running = RunningVariance(new.shape)
+                    self.running_grad = RunningVariance(new.shape)
                     return ratio
                 return None
         return None
@@ -803,8 +834,9 @@ def adaptive_hmc(
         adapted, jittered lengths.
     target_accept : float, default=0.8
     max_leapfrog : int, default=1000
-    adapt_mass_matrix : bool, default=False
-        Adapt a diagonal metric (factors on ``scales``) in warm-up.
+    adapt_mass_matrix : bool or {"variance", "fisher"}, default=False
+        Adapt a diagonal metric (factors on ``scales``) in warm-up, with the
+        estimator of :class:`MassMatrixAdaptation` (True: ``"fisher"``).
 
     Returns
     -------
@@ -830,8 +862,11 @@ def adaptive_hmc(
     dual = DualAveraging(np.full(n_chains, np.log(step_size)), target=target_accept)
     log_step = dual.log_value
     chees = ChEESAdaptation(np.full(n_chains, float(trajectory_length)))
+    estimator = _resolve_estimator(adapt_mass_matrix)
     metric = MassMatrixAdaptation(
-        q.shape, metric_windows(n_warmup) if adapt_mass_matrix else []
+        q.shape,
+        [] if estimator is None else metric_windows(n_warmup),
+        estimator or "variance",
     )
     draws = np.empty((n_samples, *q.shape))
     accept_prob = np.empty((n_samples, n_chains))
@@ -868,7 +903,7 @@ def adaptive_hmc(
                 )
                 chees.observe(q)
             log_step = dual.update(step.accept_prob)
-            ratio = metric.update(iteration, q / scales)
+            ratio = metric.update(iteration, q / scales, grad * scales)
             if ratio is not None:
                 log_step = log_step + np.log(ratio)
                 dual = DualAveraging(log_step, target=target_accept)

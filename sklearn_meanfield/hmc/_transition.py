@@ -404,14 +404,14 @@ class WarmupAdaptation:
     With ``metric_windows`` a diagonal metric adapts too
     (:class:`~sklearn_meanfield.hmc._sampler.MassMatrixAdaptation`): in each
     window the variance of every weight divided by its step scale (Neal's,
-    from the current hyperparameters) is accumulated per chain, and at the
-    window's end the metric becomes its regularised square root, a factor on
-    the step scales; the step size is rescaled so that the weight moved
-    farthest in units of its spread keeps its step, dual averaging restarts
-    from there, and the trajectory lengths (``"chees"``) follow the step
-    size.  :meth:`freeze` ends the adaptation: the step size and the
-    trajectory length become their iterate averages, the metric stays, and
-    nothing changes after.
+    from the current hyperparameters), and for ``"fisher"`` that of the
+    gradient times the scale, is accumulated per chain, and at the window's
+    end the metric, a factor on the step scales, follows from them; the step
+    size is rescaled so that the weight moved farthest in units of its
+    spread keeps its step, dual averaging restarts from there, and the
+    trajectory lengths (``"chees"``) follow the step size.  :meth:`freeze`
+    ends the adaptation: the step size and the trajectory length become
+    their iterate averages, the metric stays, and nothing changes after.
 
     Parameters
     ----------
@@ -430,6 +430,9 @@ class WarmupAdaptation:
         windows (:func:`~sklearn_meanfield.hmc._sampler.metric_windows`
         shifted past the iterations with fixed precisions); None adapts no
         metric.
+    metric_estimator : {"variance", "fisher"}, default="variance"
+        How a window's draws become the metric
+        (:class:`~sklearn_meanfield.hmc._sampler.MassMatrixAdaptation`).
 
     Examples
     --------
@@ -455,6 +458,7 @@ class WarmupAdaptation:
         trajectory_length=None,
         max_leapfrog=1000,
         metric_windows=None,
+        metric_estimator="variance",
     ):
         self.target_accept = target_accept
         self.n_params = layout.n_params
@@ -462,7 +466,9 @@ class WarmupAdaptation:
         self.metric = (
             None
             if metric_windows is None
-            else MassMatrixAdaptation((n_chains, layout.n_params), metric_windows)
+            else MassMatrixAdaptation(
+                (n_chains, layout.n_params), metric_windows, metric_estimator
+            )
         )
         self.log_step_size = np.full(n_chains, np.log(step_size))
         self.dual_averaging = DualAveraging(self.log_step_size, target=target_accept)
@@ -536,7 +542,9 @@ class WarmupAdaptation:
                 self.chees.observe(state.theta)
         self.log_step_size = self.dual_averaging.update(info.accept_prob)
         if self.metric is not None and state is not None:
-            ratio = self.metric.update(iteration, state.theta / state.scales)
+            ratio = self.metric.update(
+                iteration, state.theta / state.scales, state.grad * state.scales
+            )
             if ratio is not None:
                 log_ratio = np.log(ratio)
                 self.log_step_size = self.log_step_size + log_ratio
