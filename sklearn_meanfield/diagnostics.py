@@ -717,8 +717,14 @@ def _multistate(params, options):
         raise ValueError(
             f"n_clamped must be a non-negative integer, got {n_clamped!r}."
         )
+    if options["bethe_form"] not in _BETHE_FORMS:
+        raise ValueError(
+            f"bethe_form must be one of {_BETHE_FORMS}, got {options['bethe_form']!r}."
+        )
+    # The relaxed (TAP) form on request; "gaussian" has no multi-state form.
+    form = "relaxed" if options["bethe_form"] == "relaxed" else "bipartite"
     try:
-        return clamped_log_partition(*params, seeds, int(n_clamped))[0]
+        return clamped_log_partition(*params, seeds, int(n_clamped), form=form)[0]
     except RuntimeError:
         warnings.warn(
             "No Bethe message-passing start converged; method='bethe-multi' "
@@ -782,8 +788,12 @@ def rbm_log_partition(
         is unbiased for ``Z`` (so ``log Z`` is biased low, by about half its
         variance).
     bethe_form : {"bipartite", "gaussian", "relaxed"}, default="bipartite"
-        Form of message passing for ``method="bethe"`` (ignored otherwise;
-        ``"bethe-multi"`` uses the bipartite form).
+        Form of message passing for ``method="bethe"``, and for
+        ``"bethe-multi"`` (where ``"gaussian"`` means ``"bipartite"``):
+        ``"relaxed"`` runs the TAP equations from all starts at once, with the
+        large-N loop correction, 10-100 times cheaper on large models
+        (BetheRBM's ``log_partition="auto"`` estimate, there with 20
+        training rows as seeds); ignored by the other methods.
     base_rates : {array-like, sparse matrix} of shape (n_samples, n_visible), \
             default=None
         ``method="ais"`` only: data (typically the training set) whose
@@ -1007,7 +1017,8 @@ def rbm_log_likelihood(
     method : {"exact", "bethe", "bethe-multi", "ais"}, default="exact"
         How ``log Z`` is computed, see :func:`rbm_log_partition`.
     bethe_form : {"bipartite", "gaussian", "relaxed"}, default="bipartite"
-        Form of message passing for ``method="bethe"`` (ignored otherwise).
+        Form of message passing for ``method="bethe"`` and
+        ``"bethe-multi"`` (see :func:`rbm_log_partition`; ignored otherwise).
     base_rates : {array-like, sparse matrix} of shape (n_samples, n_visible), \
             default=None
         ``method="ais"`` only: data whose visible means define the base
