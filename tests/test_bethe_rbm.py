@@ -802,3 +802,25 @@ def test_interrupted_log_partition_keeps_the_previous_fit(monkeypatch, error):
     with pytest.raises(error):
         model.fit(1.0 - X)
     _assert_same_state(model, before)
+
+
+def test_log_partition_falls_back_to_the_single_fixed_point(monkeypatch):
+    # When no TAP start converges, fit warns and stores the persistent
+    # estimate (what log_partition="single" gives).
+    X, _ = binary_digits()
+
+    def no_start_converges(*args, **kwargs):
+        raise RuntimeError("None of the TAP starts converged")
+
+    monkeypatch.setattr(
+        "sklearn_meanfield.bethe.rbm.estimate_log_partition", no_start_converges
+    )
+    with pytest.warns(ConvergenceWarning, match="single fixed point"):
+        model = BetheRBM(n_components=6, n_iter=2, random_state=0).fit(X[:200])
+    single = BetheRBM(
+        n_components=6, n_iter=2, random_state=0, log_partition="single"
+    ).fit(X[:200])
+    assert model.log_partition_ == single.log_partition_
+    np.testing.assert_allclose(
+        model.score_samples(X), single.score_samples(X), rtol=1e-12
+    )
