@@ -699,12 +699,12 @@ class HMCNetworkRegressor(
     def predict_draws(self, X):
         """Network output of every posterior draw (no noise), in target units.
 
+        The rows go through the network in blocks (a bounded amount of
+        activations at a time); only the result itself grows with the rows.
+
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-
-        The rows go through the network in blocks (a bounded amount of
-        activations at a time); only the result itself grows with the rows.
 
         Returns
         -------
@@ -743,7 +743,8 @@ class HMCNetworkRegressor(
         output weights of that output leaves it unchanged), so the average of
         the network over the draws, which differs from it by Monte Carlo
         error only, is replaced by its exact value, and the spread is taken
-        about it.
+        about it.  The mean and spread are computed by blocks of rows, with
+        a bounded amount of memory whatever the number of rows and draws.
 
         Parameters
         ----------
@@ -751,9 +752,6 @@ class HMCNetworkRegressor(
         return_std : bool, default=False
             Also return the predictive standard deviation: the spread of the
             network over the posterior plus the noise.
-
-        The mean and spread are computed by blocks of rows, with a bounded
-        amount of memory whatever the number of rows and draws.
 
         Returns
         -------
