@@ -730,6 +730,12 @@ def test_log_partition_is_a_deterministic_function_of_the_fit(approximate_model)
     np.testing.assert_allclose(
         first, -other._free_energy(X[1400:]) - model.log_partition_, rtol=1e-13
     )
+    # Computed on demand from the fitted state (as after parameters set by
+    # hand), it is the stored value.
+    other._log_partition_digest = None
+    assert other.log_partition_function() == pytest.approx(
+        model.log_partition_, abs=1e-9
+    )
 
 
 def test_log_partition_of_an_18_unit_model_against_enumeration(approximate_model):
@@ -755,10 +761,11 @@ def test_after_partial_fit_the_log_partition_is_computed_on_demand():
     log_z = model.log_partition_function()
     _assert_same_state(model, before)
     assert model.log_partition_function() == log_z
-    # The pure function from the fitted state: the persistent means and the
-    # chains' visible means as seeds (no training rows).
+    # The pure function from the fitted state: the persistent means, the
+    # chains' visible means and 20 evenly spaced rows of the last batch.
     W, b, c = model.components_, model.intercept_visible_, model.intercept_hidden_
-    seeds = np.vstack([model.messages_[0], expit(model.h_samples_ @ W + b)])
+    rows = X[250:300][np.unique(np.linspace(0, 49, 20).astype(int))]
+    seeds = np.vstack([model.messages_[0], expit(model.h_samples_ @ W + b), rows])
     assert log_z == pytest.approx(estimate_log_partition(W, b, c, seeds), abs=1e-9)
     np.testing.assert_allclose(
         model.score_samples(X[:10]), -model._free_energy(X[:10]) - log_z, rtol=1e-13

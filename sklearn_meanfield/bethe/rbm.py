@@ -271,7 +271,8 @@ class BetheRBM(
         :meth:`partial_fit` with ``log_partition="auto"``: the multi-state
         estimate costs many parameter updates, so it is then computed on
         each call of :meth:`score_samples` or :meth:`log_partition_function`
-        (deterministically, from the fitted state alone), as it is when the
+        (deterministically, from the fitted state alone: the persistent
+        state, the chains and 20 rows of the last batch), as it is when the
         parameters were changed by hand since.
     stability_ : float
         Growth factor of the message-variance iteration (eq. (5) of the paper)
@@ -504,13 +505,20 @@ class BetheRBM(
     def _params(self):
         return self.components_, self.intercept_visible_, self.intercept_hidden_
 
-    def _multistate_log_z(self, params, solution, chain, X=None):
+    @staticmethod
+    def _seed_rows(X):
+        """:data:`_N_SEED_ROWS` evenly spaced rows of ``X``, dense float64."""
+        rows = X[np.unique(np.linspace(0, X.shape[0] - 1, _N_SEED_ROWS).astype(int))]
+        return np.asarray(rows.toarray() if sp.issparse(rows) else rows, float)
+
+    def _multistate_log_z(self, params, solution, chain, rows):
         """``log Z`` of ``log_partition="auto"`` (:func:`estimate_log_partition`).
 
         Seeds: the visible means of the persistent fixed point ``solution``,
-        those of the persistent chains ``chain`` (model samples) and, from
-        :meth:`fit`, :data:`_N_SEED_ROWS` evenly spaced rows of ``X``.  Nothing
-        random is drawn, so the value depends on the fitted state only.
+        those of the persistent chains ``chain`` (model samples) and the
+        training ``rows`` (:meth:`_seed_rows` of the data of the last
+        :meth:`fit` or :meth:`partial_fit`).  Nothing random is drawn, so the
+        value depends on the fitted state only.
         """
         params = [np.asarray(a, dtype=np.float64) for a in params]
         weights, visible_bias, _ = params
@@ -518,12 +526,8 @@ class BetheRBM(
             np.asarray(solution.mean_visible, dtype=np.float64)[np.newaxis],
             expit(np.asarray(chain, dtype=np.float64) @ weights + visible_bias),
         ]
-        if X is not None and X.shape[0]:
-            rows = np.unique(
-                np.linspace(0, X.shape[0] - 1, _N_SEED_ROWS).astype(np.intp)
-            )
-            rows = X[rows]
-            seeds.append(rows.toarray() if sp.issparse(rows) else rows)
+        if rows is not None:
+            seeds.append(rows)
         seeds = np.vstack(seeds).astype(np.float64)
         try:
             return estimate_log_partition(*params, seeds)
@@ -540,10 +544,11 @@ class BetheRBM(
         """The estimate of ``log Z`` that :meth:`score_samples` uses.
 
         With ``log_partition="auto"``: :attr:`log_partition_`, computed at
-        the end of :meth:`fit`; after :meth:`partial_fit` it is computed here,
-        on every call, from the fitted state (without training rows as
-        seeds).  With ``log_partition="single"``: the Bethe (or TAP) ``log Z``
-        of one fixed point, message passing warm-started from
+        the end of :meth:`fit`; after :meth:`partial_fit` (or when the
+        parameters were set by hand) it is computed here, on every call, from
+        the fitted state (the last batch's rows as seeds).  With
+        ``log_partition="single"``: the Bethe (or TAP) ``log Z`` of one fixed
+        point, message passing warm-started from
         :attr:`messages_` and run to convergence.  The fitted state is not
         modified.
 
@@ -560,7 +565,8 @@ class BetheRBM(
             return float(stored)
         params = [np.asarray(a, dtype=np.float64) for a in self._params()]
         solution = self._solve_at(params, self.messages_)
-        return self._multistate_log_z(params, solution, self.h_samples_)
+        rows = getattr(self, "_log_partition_seeds", None)
+        return self._multistate_log_z(params, solution, self.h_samples_, rows)
 
     def score_samples(self, X):
         """Approximate log-likelihood ``log p(v) = -F(v) - log Z``.
@@ -649,14 +655,14 @@ class BetheRBM(
             )
         return messages, chain
 
-    def _final_state(self, params, messages, chain, dtype, X=None):
+    def _final_state(self, params, messages, chain, dtype, X, lazy=False):
         """The fitted attributes at ``params``: solve, stability, warnings.
 
         The parameters are cast to ``dtype`` first, so that the messages,
         :attr:`stability_` and :attr:`log_partition_` belong to the stored
-        parameters.  ``X`` (the training data of :meth:`fit`) seeds the
-        multi-state ``log Z``; without it (:meth:`partial_fit`) that estimate
-        is left to the first use.
+        parameters.  Rows of ``X`` (the training data) seed the multi-state
+        ``log Z``; with ``lazy`` (:meth:`partial_fit`) that estimate is left
+        to its first use.  Returns the state and the seed rows.
         """
         params = tuple(np.asarray(a, dtype=dtype) for a in params)
         solution = self._solve_at(params, messages)
@@ -681,20 +687,24 @@ class BetheRBM(
                 ConvergenceWarning,
             )
         chain = chain.astype(dtype)
+        rows = self._seed_rows(X)
         if self.log_partition == "single":
             log_z = float(solution.log_z)
-        elif X is None:
+        elif lazy:
             log_z = None
         else:
-            log_z = self._multistate_log_z(params, solution, chain, X)
-        return _FittedState(*params, solution.messages, lam, chain, log_z)
+            log_z = self._multistate_log_z(params, solution, chain, rows)
+        return _FittedState(*params, solution.messages, lam, chain, log_z), rows
 
-    def _store(self, state):
+    def _store(self, state, seed_rows):
         # The only place fitted attributes are bound: everything before works
         # on local copies, so an exception leaves the old fit whole (and
         # atomic_fit restores the bindings if one strikes in between).
         for name, value in state._asdict().items():
             setattr(self, name, value)
+        # Training rows that seed the multi-state log Z when it is computed
+        # on demand (after partial_fit, or parameters set by hand).
+        self._log_partition_seeds = seed_rows
         # The parameters log_partition_ belongs to: parameters set by hand
         # after fitting must not be scored with a stale log Z.
         self._log_partition_digest = (
@@ -755,8 +765,8 @@ class BetheRBM(
                         message, args = "epoch %d", (epoch,)
                     if reporter.step(1, message, *args, task_name="epoch"):
                         break
-            state = self._final_state(params, messages, chain, X.dtype, X)
-        self._store(state)
+            state, seed_rows = self._final_state(params, messages, chain, X.dtype, X)
+        self._store(state, seed_rows)
         return self
 
     def _report(self, X, params, messages):
@@ -811,8 +821,10 @@ class BetheRBM(
             messages, chain = self._train(
                 X, [slice(0, X.shape[0])], params, messages, chain, rng
             )
-            state = self._final_state(params, messages, chain, dtype)
-        self._store(state)
+            state, seed_rows = self._final_state(
+                params, messages, chain, dtype, X, lazy=True
+            )
+        self._store(state, seed_rows)
         return self
 
     def __sklearn_tags__(self):
