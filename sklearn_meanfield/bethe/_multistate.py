@@ -648,9 +648,11 @@ def relaxed_multistate_log_partition(
     (a fixed point whose correction is NaN counts without it).
     A sweep costs four matrix products with ``W`` and ``W**2`` for all starts,
     against per-edge transcendental functions of the bipartite messages: on
-    the benchmark's digits models it is 5-20 times cheaper than
-    :func:`multistate_log_partition` from the same starts, for estimates
-    within 0.2 nat of it.
+    the digits models of ``benchmarks/bench_rbm_log_likelihood.py`` it takes
+    0.01-0.5 s where :func:`multistate_log_partition` takes 0.3-4 s (30
+    starts, 64 visible units), and its loop-corrected sum is within 0.16 nat
+    of the bipartite one over the fixed points that message passing reaches
+    from the same means.
 
     Parameters
     ----------
