@@ -172,7 +172,10 @@ def augmented_gibbs_step(visible, hidden, augmented, uniforms):
     With ``augmented = [[W, c], [b^T, 0]]`` and states carrying a trailing
     column of ones, ``h W + b`` and ``v W^T + c`` are one product each, and
     the draws compare with uniforms drawn ahead: four numpy calls and two
-    products per step, for the training loop's chains.
+    products per step, for the training loop's chains.  The states and
+    products are in the dtype of ``augmented`` (float32 in a float32
+    training); the uniforms stay the generator's doubles, and comparing them
+    with float32 probabilities is exact.
 
     Parameters
     ----------
