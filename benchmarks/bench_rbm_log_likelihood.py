@@ -45,35 +45,39 @@ Run: ``python benchmarks/bench_rbm_log_likelihood.py [--quick] [--seeds N]
 [--states] [--upsampled] [--mode-ais] [--exact-sweep]``.
 """
 
-import argparse
-import time
-import warnings
+import os
 
-import numpy as np
-from scipy.ndimage import zoom
-from scipy.special import expit
-from sklearn.base import clone
-from sklearn.datasets import load_digits
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.neural_network import BernoulliRBM
-from sklearn.utils import check_random_state
+os.environ["OPENBLAS_NUM_THREADS"] = "1"  # before numpy loads BLAS: CPU times
 
-from sklearn_meanfield import BetheRBM
-from sklearn_meanfield.bethe._ais import (
+import argparse  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+from scipy.ndimage import zoom  # noqa: E402
+from scipy.special import expit  # noqa: E402
+from sklearn.base import clone  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+from sklearn.exceptions import ConvergenceWarning  # noqa: E402
+from sklearn.neural_network import BernoulliRBM  # noqa: E402
+from sklearn.utils import check_random_state  # noqa: E402
+
+from sklearn_meanfield import BetheRBM  # noqa: E402
+from sklearn_meanfield.bethe._ais import (  # noqa: E402
     ais_log_likelihood,
     ais_log_partition,
     base_rate_visible_bias,
 )
-from sklearn_meanfield.bethe._exact import exact_log_likelihood
-from sklearn_meanfield.bethe._message_passing import bethe_solve
-from sklearn_meanfield.bethe._multistate import (
+from sklearn_meanfield.bethe._exact import exact_log_likelihood  # noqa: E402
+from sklearn_meanfield.bethe._message_passing import bethe_solve  # noqa: E402
+from sklearn_meanfield.bethe._multistate import (  # noqa: E402
     clamped_log_partition,
     estimate_log_partition,
     model_seeds,
     multistate_log_partition,
     relaxed_multistate_log_partition,
 )
-from sklearn_meanfield.diagnostics import rbm_free_energy, rbm_log_partition
+from sklearn_meanfield.diagnostics import rbm_free_energy, rbm_log_partition  # noqa: E402
 
 # Exact held-out log-likelihoods up to this many hidden units.
 MAX_EXACT_UNITS = 16
