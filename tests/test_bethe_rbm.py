@@ -831,3 +831,13 @@ def test_log_partition_falls_back_to_the_single_fixed_point(monkeypatch):
     np.testing.assert_allclose(
         model.score_samples(X), single.score_samples(X), rtol=1e-12
     )
+
+
+def test_sparse_training_data_give_the_same_log_partition(approximate_model):
+    # The seed rows of a CSR matrix are densified: the same estimate.
+    model, X = approximate_model
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        sparse = clone(model).fit(sp.csr_matrix(X[:1400]))
+    np.testing.assert_array_equal(sparse.components_, model.components_)
+    assert sparse.log_partition_ == model.log_partition_
