@@ -690,9 +690,10 @@ class MassMatrixAdaptation:
     exact for a diagonal Gaussian, and for a correlated one the geometric
     mean of the marginal and the conditional sd, where Stan's takes the
     marginal, which the step size must then undo for the narrow
-    directions).  :meth:`update` returns the factor by which the step size should change
-    so that the coordinate moved farthest in units of its spread keeps its
-    step (the step-size adaptation then restarts from there).  Estimating in
+    directions).  :meth:`update` returns the factor by which the step size
+    should change so that the coordinate moved farthest in units of its
+    spread keeps its step (the step-size adaptation then restarts from
+    there).  Estimating in
     the coordinates the step scales normalise, rather than in the raw
     weights, keeps what the hyperparameters already explain out of the
     estimate: the scales follow each Gibbs step, the factor only corrects

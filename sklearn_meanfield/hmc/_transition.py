@@ -310,8 +310,8 @@ def transition(
     orbits; ``metric``, the adapted diagonal metric of ``tuning``, is left
     out when None).  The momentum is standard normal in these scaled
     coordinates, so the kinetic energy of the Metropolis test uses the same
-    diagonal metric as the leapfrog.  Random
-    numbers are drawn in this order, from one generator per chain.
+    diagonal metric as the leapfrog.  Random numbers are drawn in this
+    order, from one generator per chain.
 
     Parameters
     ----------
