@@ -263,12 +263,6 @@ def test_float32_epoch_makes_no_float64_array(monkeypatch):
     assert odd == {("less", np.dtype(np.float64))}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BetheRBM._train computes in float64 until rbm.py passes "
-    "dtype=X.dtype to relaxed_training_epoch (issue 18); remove this marker "
-    "with that change",
-)
 def test_bethe_rbm_trains_in_float32_on_float32_data():
     # fit on float32 data is the float32 epoch from the estimator's start
     # (weights N(0, 0.01) from the seed, chains at zero), bit for bit.

@@ -575,7 +575,7 @@ def test_verbose_does_not_change_the_fit(capsys):
 # --- float32 in, float32 out ---------------------------------------------------
 
 
-def test_float32_data_give_the_float64_fit_rounded_to_float32():
+def test_float32_data_train_in_float32_near_the_float64_fit():
     X, _ = binary_digits()
     X64 = X[:200]
     X32 = X64.astype(np.float32)
@@ -583,19 +583,22 @@ def test_float32_data_give_the_float64_fit_rounded_to_float32():
     m64 = BetheRBM(**params).fit(X64)
     m32 = BetheRBM(**params).fit(X32)
     for name in ("components_", "intercept_visible_", "intercept_hidden_"):
-        # The training runs in float64 either way (the data are exact in
-        # float32): the float32 parameters are the float64 ones, rounded.
-        value = getattr(m32, name)
+        # The relaxed training runs in float32 on float32 data, as
+        # BernoulliRBM's: not the float64 fit rounded, but within float32
+        # rounding of it after 40 updates (measured 4e-7 to 6e-7 of the
+        # largest entry).
+        value, reference = getattr(m32, name), getattr(m64, name)
         assert value.dtype == np.float32, name
-        np.testing.assert_array_equal(value, getattr(m64, name).astype(np.float32))
+        assert not np.array_equal(value, reference.astype(np.float32)), name
+        assert np.abs(value - reference).max() < 5e-6 * np.abs(reference).max()
     assert m32.h_samples_.dtype == np.float32
     np.testing.assert_array_equal(m32.h_samples_, m64.h_samples_)
-    # Messages and stability belong to the stored (rounded) parameters.
+    # Messages and stability belong to the stored (float32) parameters.
     assert m32.messages_[0].dtype == np.float64
     assert m32.stability_ == pytest.approx(m64.stability_, rel=1e-5)
     Xt32, Xt64 = m32.transform(X32), m64.transform(X64)
     assert Xt32.dtype == np.float32 and m32.transform(X64).dtype == np.float64
-    np.testing.assert_allclose(Xt32, Xt64, rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(Xt32, Xt64, rtol=2e-6, atol=1e-6)
     np.testing.assert_array_equal(m32.fit_transform(X32), Xt32)
     scores32 = m32.score_samples(X32)
     assert scores32.dtype == np.float32

@@ -163,8 +163,10 @@ class BetheRBM(
     little outside [0, 1] pass through a pipeline.  :meth:`fit`,
     :meth:`partial_fit` and :meth:`score_samples` need values in [0, 1], where
     the Bethe log-likelihood is defined, and raise ``ValueError`` otherwise.
-    float32 data give float32 parameters and outputs, as in BernoulliRBM; the
-    computations run in float64.
+    float32 data give float32 parameters and outputs, as in BernoulliRBM, and
+    with ``method="relaxed"`` a float32 training (BernoulliRBM computes in
+    float32 too); ``log Z``, :meth:`score_samples` and the final solve run in
+    float64.
 
     Parameters
     ----------
@@ -636,7 +638,11 @@ class BetheRBM(
         return int(self.sweeps_per_update)
 
     def _train(self, X, batch_slices, params, messages, chain, rng):
-        """One pass over ``batch_slices``; ``params`` (float64) change in place."""
+        """One pass over ``batch_slices``; ``params`` (float64) change in place.
+
+        The relaxed form computes in the dtype of ``X``: float32 data train in
+        float32, and the float64 arrays then hold float32 values.
+        """
         settings = dict(
             learning_rate=float(self.learning_rate),
             damping=float(self.damping),
@@ -647,7 +653,13 @@ class BetheRBM(
         )
         if self.method == "relaxed":
             messages, chain, _ = relaxed_training_epoch(
-                X, batch_slices, *params, messages, **settings, count_unconverged=False
+                X,
+                batch_slices,
+                *params,
+                messages,
+                **settings,
+                count_unconverged=False,
+                dtype=X.dtype,
             )
         else:
             messages, chain, _ = bethe_training_epoch(
