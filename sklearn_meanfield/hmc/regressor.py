@@ -348,11 +348,12 @@ class HMCNetworkRegressor(
         chain is exact); the factors are ``step_scale_factors_``.  Each
         chain adapts from its own draws: results do not depend on
         ``n_jobs``.  Measured on friedman1 it lowers the effective samples
-        per gradient evaluation at n = 200 (by 4 to 15 times) and does not
-        raise them at n = 1000: the wide directions of this posterior are
-        correlated, curved ridges, narrow across, and the global step
-        shrinks to follow them (see the user guide); so it is off by
-        default.
+        per gradient evaluation at n = 200 (by 4 to 15 times), is about
+        even at n = 1000 and gains 2.5-3 times at n = 2000 (``"fisher"``
+        with ``"hmc"``, where nothing converges), and it brings divergent
+        trajectories: the wide directions of this posterior are correlated,
+        curved ridges, narrow across, and the global step shrinks to follow
+        them (see the user guide).  Off by default.
     step_size : float, default=0.2
         Initial global step-size multiplier (Neal's eta); the step of each
         weight is this times the inverse square root of its estimated
