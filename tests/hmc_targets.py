@@ -31,3 +31,20 @@ def assert_moments_within_monte_carlo_error(draws, mean, second):
             truth,
             error,
         )
+
+
+def small_network_posterior(n_samples, seed=0):
+    """A 2-input, 3-hidden-unit network posterior on ``n_samples`` standardised
+    points of ``y = tanh(x_1) + 0.1 noise``: the smallest real network target."""
+    from sklearn_meanfield.hmc._network import HyperPrior, NetworkLayout
+    from sklearn_meanfield.hmc._transition import NetworkPosterior
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n_samples, 2))
+    Y = np.tanh(X[:, :1]) + 0.1 * rng.normal(size=(n_samples, 1))
+    return NetworkPosterior(
+        (X - X.mean(0)) / X.std(0),
+        (Y - Y.mean()) / Y.std(),
+        NetworkLayout(2, 3, 1),
+        HyperPrior(),
+    )

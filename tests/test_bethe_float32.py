@@ -27,7 +27,6 @@ from sklearn_meanfield.bethe._relaxed import (
     relaxed_sweep,
     sweep_workspace,
 )
-from sklearn_meanfield.bethe._sampling import gibbs_hidden_step
 
 SETTINGS = dict(learning_rate=0.1, damping=0.0, tol=1e-7, sweeps_per_update=6)
 
@@ -175,33 +174,6 @@ def test_dtype_keyword_trains_float64_parameters_in_float32():
     for a in outputs[1][:3]:
         assert a.dtype == np.float64
         np.testing.assert_array_equal(a, a.astype(np.float32))
-
-
-def test_float32_chains_are_gibbs_steps_at_each_update():
-    # As in float64 (test_bethe_relaxed): the chains step after every update
-    # at the updated (float32) parameters, drawing the generator's doubles.
-    X, slices, params = digits_inputs()
-    params = [a.astype(np.float32) for a in params]
-    chain = (np.random.RandomState(5).uniform(size=(10, 9)) < 0.5).astype(float)
-    plain, state = [a.copy() for a in params], cold_state(9, 64)
-    reference_rng, reference_chain = np.random.RandomState(7), chain
-    for batch in slices:
-        state, _, _ = relaxed_training_epoch(X, [batch], *plain, state, **SETTINGS)
-        reference_chain = gibbs_hidden_step(reference_chain, *plain, reference_rng)
-    fast, rng = [a.copy() for a in params], np.random.RandomState(7)
-    _, fast_chain, _ = relaxed_training_epoch(
-        X,
-        slices,
-        *fast,
-        cold_state(9, 64),
-        **SETTINGS,
-        hidden_chain=chain,
-        random_state=rng,
-    )
-    assert fast_chain.dtype == np.float32
-    np.testing.assert_array_equal(fast_chain, reference_chain)
-    assert 0 < fast_chain.mean() < 1
-    assert rng.uniform() == reference_rng.uniform()
 
 
 class _Recorder:

@@ -281,11 +281,15 @@ def _digits_epoch_inputs(n_hidden=9, n_samples=95):
     return X, slices, params
 
 
-def test_training_epoch_chains_are_gibbs_steps_at_each_update():
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_training_epoch_chains_are_gibbs_steps_at_each_update(dtype):
     # Reference: the epoch without chains, recording the parameters after
     # every update (a one-batch epoch each), and gibbs_hidden_step at them,
-    # drawing its uniforms one step at a time from its own generator.
+    # drawing its uniforms one step at a time from its own generator.  In
+    # float32 the chains step at the float32 parameters, drawing the same
+    # doubles.
     X, slices, params = _digits_epoch_inputs()
+    X, params = X.astype(dtype), [a.astype(dtype) for a in params]
     settings = dict(learning_rate=0.1, damping=0.0, tol=1e-7, sweeps_per_update=6)
     chain = (np.random.RandomState(5).uniform(size=(10, 9)) < 0.5).astype(float)
     plain, state = [a.copy() for a in params], cold_state(9, 64)
@@ -303,6 +307,7 @@ def test_training_epoch_chains_are_gibbs_steps_at_each_update():
         hidden_chain=chain,
         random_state=rng,
     )
+    assert fast_chain.dtype == dtype
     np.testing.assert_array_equal(fast_chain, reference_chain)
     assert 0 < fast_chain.mean() < 1
     # The generator is left where one draw per layer and step leaves it.

@@ -6,13 +6,16 @@ import warnings
 
 import numpy as np
 import pytest
-from hmc_targets import assert_moments_within_monte_carlo_error, gaussian_target
+from hmc_targets import (
+    assert_moments_within_monte_carlo_error,
+    gaussian_target,
+    small_network_posterior,
+)
 from joblib import parallel_config
 from scipy import integrate, stats
 
 from sklearn_meanfield import HMCNetworkRegressor
 from sklearn_meanfield.hmc._chains import ChainRandom, ChainSettings, run_chains
-from sklearn_meanfield.hmc._network import HyperPrior, NetworkLayout
 from sklearn_meanfield.hmc._sampler import (
     adaptive_hmc,
     chees_gradient,
@@ -20,7 +23,6 @@ from sklearn_meanfield.hmc._sampler import (
     hmc_step,
     leapfrog,
 )
-from sklearn_meanfield.hmc._transition import NetworkPosterior
 
 
 def funnel(q):
@@ -192,22 +194,10 @@ def test_halton_fills_the_unit_interval_evenly():
     np.testing.assert_array_equal(np.sort(values[:7]), np.arange(1, 8) / 8)
 
 
-def _posterior(n=30, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 2))
-    Y = np.tanh(X[:, :1]) + 0.1 * rng.normal(size=(n, 1))
-    return NetworkPosterior(
-        (X - X.mean(0)) / X.std(0),
-        (Y - Y.mean()) / Y.std(),
-        NetworkLayout(2, 3, 1),
-        HyperPrior(),
-    )
-
-
 def test_adaptive_chains_do_not_depend_on_their_batch():
     # Each chain adapts its own trajectory length from its own trajectories:
     # alone or beside others, its draws are the same.
-    posterior = _posterior()
+    posterior = small_network_posterior(30)
     settings = ChainSettings(
         n_samples=15, n_warmup=25, n_leapfrog=8, step_size=0.2, sampler="chees"
     )

@@ -9,19 +9,21 @@ recomputation from its own states, and independence of the batch / n_jobs.
 
 import numpy as np
 import pytest
-from hmc_targets import assert_moments_within_monte_carlo_error, gaussian_target
+from hmc_targets import (
+    assert_moments_within_monte_carlo_error,
+    gaussian_target,
+    small_network_posterior,
+)
 from joblib import parallel_config
 
 from sklearn_meanfield import HMCNetworkRegressor
 from sklearn_meanfield.hmc._chains import ChainRandom, ChainSettings, run_chains
-from sklearn_meanfield.hmc._network import HyperPrior, NetworkLayout
 from sklearn_meanfield.hmc._sampler import (
     adaptive_hmc,
     hmc_step,
     metric_windows,
     regularized_variance,
 )
-from sklearn_meanfield.hmc._transition import NetworkPosterior
 
 
 def test_metric_windows_are_stans():
@@ -190,18 +192,6 @@ def test_momentum_and_kinetic_energy_use_the_metric():
     assert np.max(np.abs(unit.proposal / sd + q / sd)) > 1
 
 
-def _posterior(n=40, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 2))
-    Y = np.tanh(X[:, :1]) + 0.1 * rng.normal(size=(n, 1))
-    return NetworkPosterior(
-        (X - X.mean(0)) / X.std(0),
-        (Y - Y.mean()) / Y.std(),
-        NetworkLayout(2, 3, 1),
-        HyperPrior(),
-    )
-
-
 @pytest.mark.parametrize(
     "sampler, estimator",
     [("hmc", "variance"), ("chees", "variance"), ("hmc", "fisher")],
@@ -213,7 +203,7 @@ def test_network_metric_is_the_regularised_spread_of_the_scaled_weights(
     # the chain visited: in every window the variance (ddof 1) of the
     # weights divided by the step scales of their precisions, regularised
     # as Stan does; the last window's survives.
-    posterior = _posterior()
+    posterior = small_network_posterior(40)
     settings = ChainSettings(
         n_samples=6,
         n_warmup=100,
