@@ -15,7 +15,7 @@ rounding): compare fitted models by their held-out likelihood over seeds
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from sklearn.datasets import load_digits
+from rbm_inputs import digits_epoch_inputs
 from sklearn.utils import gen_even_slices
 
 from sklearn_meanfield import BetheRBM
@@ -41,19 +41,6 @@ def dense_rbm(n_visible, n_hidden, gain, seed):
 def augment(W, b, c, dtype):
     """``[[W, c], [b^T, 0]]`` in ``dtype``."""
     return np.block([[W, c[:, None]], [b[None, :], np.zeros((1, 1))]]).astype(dtype)
-
-
-def digits_inputs(n_hidden=9, n_samples=95):
-    X, _ = load_digits(return_X_y=True)
-    X = (X[:n_samples] > 7).astype(np.float32)
-    rng = np.random.RandomState(0)
-    params = (
-        rng.normal(0, 0.3, (n_hidden, 64)),
-        rng.normal(0, 0.1, 64),
-        np.zeros(n_hidden),
-    )
-    slices = [slice(i, min(i + 10, n_samples)) for i in range(0, n_samples, 10)]
-    return X, slices, params
 
 
 @pytest.mark.parametrize("damping", [0.0, 0.3])
@@ -96,7 +83,7 @@ def test_float32_sweeps_follow_the_float64_sweep(damping):
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_float32_epoch_follows_the_float64_epoch(sparse):
-    X, slices, params = digits_inputs()
+    X, slices, params = digits_epoch_inputs(dtype=np.float32)
     data = sp.csr_matrix(X) if sparse else X
     results = {}
     for dtype in (np.float64, np.float32):
@@ -122,7 +109,7 @@ def test_float32_epoch_follows_the_float64_epoch(sparse):
 def test_float32_gradient_step_follows_the_float64_step():
     # One batch, the sweeps converged first: the step itself (data term minus
     # the TAP negative phase, learning rate 0.1) to float32 accuracy.
-    X, _, params = digits_inputs(n_hidden=16)
+    X, _, params = digits_epoch_inputs(n_hidden=16, dtype=np.float32)
     W, b, c = params
     steps = {}
     for dtype in (np.float64, np.float32):
@@ -151,7 +138,7 @@ def test_dtype_keyword_trains_float64_parameters_in_float32():
     # The estimator keeps float64 parameter arrays between epochs: dtype=
     # float32 gives exactly the float32 epoch, the arrays holding float32
     # values.
-    X, slices, params = digits_inputs()
+    X, slices, params = digits_epoch_inputs(dtype=np.float32)
     outputs = []
     for arrays, dtype in (
         ([a.astype(np.float32) for a in params], None),
@@ -208,7 +195,7 @@ def test_float32_epoch_makes_no_float64_array(monkeypatch):
     # Every numpy call, expit and BLAS product of the epoch, its sweeps and
     # its chain steps sees float32 arrays only (and booleans), apart from
     # the generator's uniforms compared with the probabilities.
-    X, slices, params = digits_inputs()
+    X, slices, params = digits_epoch_inputs(dtype=np.float32)
     state = tuple(m.astype(np.float32) for m in cold_state(9, 64))
     seen = set()
     for module in (_learning, _relaxed, _sampling):
@@ -238,7 +225,7 @@ def test_float32_epoch_makes_no_float64_array(monkeypatch):
 def test_bethe_rbm_trains_in_float32_on_float32_data():
     # fit on float32 data is the float32 epoch from the estimator's start
     # (weights N(0, 0.01) from the seed, chains at zero), bit for bit.
-    X, _, _ = digits_inputs(n_samples=60)
+    X, _, _ = digits_epoch_inputs(n_samples=60, dtype=np.float32)
     model = BetheRBM(n_components=9, n_iter=1, random_state=0).fit(X)
     rng = np.random.RandomState(0)
     params = [rng.normal(0, 0.01, (9, 64)), np.zeros(64), np.zeros(9)]

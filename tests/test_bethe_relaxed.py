@@ -8,6 +8,7 @@ the training step.
 
 import numpy as np
 import pytest
+from rbm_inputs import digits_epoch_inputs
 from scipy.special import expit
 from sklearn.datasets import load_digits
 
@@ -268,19 +269,6 @@ def test_training_epoch_is_the_plain_gradient_step(sparse):
     assert n_unconverged == len(slices)
 
 
-def _digits_epoch_inputs(n_hidden=9, n_samples=95):
-    X, _ = load_digits(return_X_y=True)
-    X = (X[:n_samples] > 7).astype(float)
-    rng = np.random.RandomState(0)
-    params = (
-        rng.normal(0, 0.3, (n_hidden, 64)),
-        rng.normal(0, 0.1, 64),
-        np.zeros(n_hidden),
-    )
-    slices = [slice(i, min(i + 10, n_samples)) for i in range(0, n_samples, 10)]
-    return X, slices, params
-
-
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_training_epoch_chains_are_gibbs_steps_at_each_update(dtype):
     # Reference: the epoch without chains, recording the parameters after
@@ -288,7 +276,7 @@ def test_training_epoch_chains_are_gibbs_steps_at_each_update(dtype):
     # drawing its uniforms one step at a time from its own generator.  In
     # float32 the chains step at the float32 parameters, drawing the same
     # doubles.
-    X, slices, params = _digits_epoch_inputs()
+    X, slices, params = digits_epoch_inputs()
     X, params = X.astype(dtype), [a.astype(dtype) for a in params]
     settings = dict(learning_rate=0.1, damping=0.0, tol=1e-7, sweeps_per_update=6)
     chain = (np.random.RandomState(5).uniform(size=(10, 9)) < 0.5).astype(float)
@@ -317,7 +305,7 @@ def test_training_epoch_chains_are_gibbs_steps_at_each_update(dtype):
 def test_training_epoch_parameters_do_not_depend_on_the_chains():
     # The chains are for sampling only: no chains, or chains driven by
     # different generators, give bit-identical parameters and means.
-    X, slices, params = _digits_epoch_inputs(n_hidden=12)
+    X, slices, params = digits_epoch_inputs(n_hidden=12)
     settings = dict(learning_rate=0.1, damping=0.0, tol=1e-7, sweeps_per_update=6)
     results, chains = [], []
     for seed in (None, 0, 1):
