@@ -114,6 +114,30 @@ class NetworkPosterior:
         object.__setattr__(self, "n_weighted", n_weighted)
         object.__setattr__(self, "X_augmented_T", augment(X))
 
+    def tempered(self, inverse_temperature):
+        """The posterior with every row's log likelihood raised to a power.
+
+        Parameters
+        ----------
+        inverse_temperature : float in (0, 1]
+            The power: every row's weight is multiplied by it, in the
+            potential, its gradient, the Gibbs step of the noise precisions,
+            the rescaling moves and the step sizes.
+
+        Returns
+        -------
+        posterior : NetworkPosterior
+            ``self`` when the power is 1.
+        """
+        if inverse_temperature == 1.0:
+            return self
+        weights = (
+            np.full(self.X.shape[0], inverse_temperature)
+            if self.sample_weight is None
+            else inverse_temperature * self.sample_weight
+        )
+        return NetworkPosterior(self.X, self.Y, self.layout, self.prior, weights)
+
     def target(self, noise_precision, group_precision):
         """The log posterior of the weights given the precisions, and its gradient.
 
@@ -548,11 +572,17 @@ class WarmupAdaptation:
             if ratio is not None:
                 log_ratio = np.log(ratio)
                 self.log_step_size = self.log_step_size + log_ratio
-                self.dual_averaging = DualAveraging(
-                    self.log_step_size, target=self.target_accept
-                )
+                self.restart_step_size()
                 if self.chees is not None:
                     self.chees.restart(log_ratio)
+
+    def restart_step_size(self):
+        """Restart dual averaging from the present step size: after a metric
+        window, and after the annealing of warm-up, whose tempered targets
+        needed other steps."""
+        self.dual_averaging = DualAveraging(
+            self.log_step_size, target=self.target_accept
+        )
 
     def freeze(self):
         """End of warm-up: keep the averaged step size (and length) from now on."""

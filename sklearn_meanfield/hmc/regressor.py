@@ -516,6 +516,7 @@ class HMCNetworkRegressor(
         "n_leapfrog": [Interval(Integral, 1, None, closed="left")],
         "max_leapfrog": [Interval(Integral, 1, None, closed="left")],
         "adapt_mass_matrix": ["boolean", StrOptions({"fisher", "variance"})],
+        "anneal_warmup": ["boolean"],
         "step_size": [Interval(Real, 0, None, closed="neither")],
         "persistence": [Interval(Real, 0, 1, closed="left")],
         "target_accept": [Interval(Real, 0, 1, closed="neither")],
@@ -536,6 +537,7 @@ class HMCNetworkRegressor(
         n_leapfrog=100,
         max_leapfrog=1000,
         adapt_mass_matrix=False,
+        anneal_warmup=False,
         step_size=0.2,
         persistence=0.0,
         target_accept=0.8,
@@ -552,6 +554,7 @@ class HMCNetworkRegressor(
         self.n_leapfrog = n_leapfrog
         self.max_leapfrog = max_leapfrog
         self.adapt_mass_matrix = adapt_mass_matrix
+        self.anneal_warmup = anneal_warmup
         self.step_size = step_size
         self.persistence = persistence
         self.target_accept = target_accept
@@ -621,6 +624,7 @@ class HMCNetworkRegressor(
             sampler=self.sampler,
             max_leapfrog=self.max_leapfrog,
             adapt_mass_matrix=self.adapt_mass_matrix,
+            anneal=self.anneal_warmup,
         )
         seeds = draw_seeds(check_random_state(self.random_state), self.n_chains)
         # Outputs without spread: the posterior is symmetric about them.
