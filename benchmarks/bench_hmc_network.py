@@ -1,7 +1,7 @@
 """HMCNetworkRegressor against scikit-learn's regressors, side by side.
 
 Usage: ``python benchmarks/bench_hmc_network.py [--quick]``, or
-``python benchmarks/bench_hmc_network.py --mass-matrix [--sizes 200 1000]``
+``python benchmarks/bench_hmc_network.py --mass-matrix | --anneal [--sizes 200 1000]``
 
 For ``make_friedman1`` (n = 200 and 1000, noise sd 1) and ``load_diabetes``
 (a 75/25 split) the table gives test RMSE, test negative log predictive density
@@ -19,7 +19,8 @@ sizes given, noise sd 1, 10 hidden units, 4 chains, ``n_jobs=2``,
 points) and the log hyperparameters, smallest bulk ESS of the test
 predictions, that ESS per thousand leapfrog steps of the kept draws, test
 MSE, fit seconds, the adapted step sizes, divergences and the range of the
-adapted metric factors, with the load average.
+adapted metric factors, with the load average.  ``--anneal [--seeds 0 1]``
+does the same without and with ``anneal_warmup``, per seed.
 """
 
 import argparse
@@ -171,16 +172,13 @@ def gradient_cost(n_samples, n_features, n_hidden, n_chains, repeats=200):
     )
 
 
-def mass_matrix_run(n, sampler, adapt, seed=0):
-    """One fit of the --mass-matrix table; returns its row as a dict."""
+def sampler_run(n, seed=0, **params):
+    """One fit on friedman1 for the --mass-matrix and --anneal tables, with
+    ``params`` of HMCNetworkRegressor; returns its row as a dict."""
     X, y = make_friedman1(n_samples=n, noise=1.0, random_state=0)
     X_test, y_test = make_friedman1(n_samples=2000, noise=1.0, random_state=1)
     est = HMCNetworkRegressor(
-        hidden_layer_size=10,
-        sampler=sampler,
-        adapt_mass_matrix=adapt,
-        n_jobs=2,
-        random_state=seed,
+        hidden_layer_size=10, n_jobs=2, random_state=seed, **params
     )
     load = os.getloadavg()[0]
     start = time.perf_counter()
@@ -220,7 +218,7 @@ def mass_matrix_table(sizes):
     for n in sizes:
         for sampler in ("hmc", "chees"):
             for adapt in (False, True):
-                r = mass_matrix_run(n, sampler, adapt)
+                r = sampler_run(n, sampler=sampler, adapt_mass_matrix=adapt)
                 lo, med, hi = r["factors"]
                 print(
                     f"{'friedman1 n=' + str(n):16s} {sampler:7s} "
@@ -233,6 +231,31 @@ def mass_matrix_table(sizes):
                 )
 
 
+def anneal_table(sizes, seeds):
+    """Both samplers without and with anneal_warmup, for every size and seed."""
+    header = (
+        f"{'data':16s} {'seed':>4s} {'sampler':7s} {'anneal':6s} {'R-hat':>6s} "
+        f"{'ESS':>6s} {'ESS/1k':>7s} {'ESS/s':>6s} {'MSE':>6s} {'fit s':>6s} "
+        f"{'div':>4s} load"
+    )
+    print(header)
+    print("-" * len(header))
+    for n in sizes:
+        for seed in seeds:
+            for sampler in ("hmc", "chees"):
+                for anneal in (False, True):
+                    r = sampler_run(n, seed, sampler=sampler, anneal_warmup=anneal)
+                    print(
+                        f"{'friedman1 n=' + str(n):16s} {seed:4d} {sampler:7s} "
+                        f"{'yes' if anneal else '-':6s} {r['rhat']:6.3f} "
+                        f"{r['ess']:6.0f} {r['ess_per_k']:7.3f} "
+                        f"{r['ess'] / r['seconds']:6.2f} {r['mse']:6.3f} "
+                        f"{r['seconds']:6.0f} {r['divergent']:4d} "
+                        f"{r['load'][0]:.1f}-{r['load'][1]:.1f}",
+                        flush=True,
+                    )
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller, shorter runs")
@@ -241,10 +264,19 @@ def main(argv=None):
         action="store_true",
         help="only HMCNetworkRegressor, with and without adapt_mass_matrix",
     )
+    parser.add_argument(
+        "--anneal",
+        action="store_true",
+        help="only HMCNetworkRegressor, with and without anneal_warmup",
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[200, 1000])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     args = parser.parse_args(argv)
     if args.mass_matrix:
         mass_matrix_table(args.sizes)
+        return
+    if args.anneal:
+        anneal_table(args.sizes, args.seeds)
         return
 
     rows = []

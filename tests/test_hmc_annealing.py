@@ -193,3 +193,53 @@ def test_annealed_warm_up_leaves_the_small_network_posterior():
     diff = results[True].mean(0) - results[False].mean(0)
     se = np.sqrt((results[True].var(0, ddof=1) + results[False].var(0, ddof=1)) / 6)
     assert np.all(np.abs(diff) < 4 * se + 1e-3)
+
+
+def _tiny_fit_data(n=40, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.uniform(-2, 2, size=(n, 2))
+    return X, np.tanh(X[:, 0]) + 0.1 * rng.normal(size=n)
+
+
+_TINY = dict(hidden_layer_size=2, n_samples=8, n_warmup=10, n_leapfrog=4)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_auto_anneals_from_the_row_threshold_on_counting_sample_weights(
+    monkeypatch,
+):
+    import sklearn_meanfield.hmc.regressor as regressor_module
+
+    X, y = _tiny_fit_data()
+
+    def draws(anneal, **fit_params):
+        model = HMCNetworkRegressor(anneal_warmup=anneal, random_state=0, **_TINY)
+        return model.fit(X, y, **fit_params).parameter_draws_
+
+    # The threshold is 2000 rows; lowered here so that a small fit crosses it.
+    assert regressor_module.ANNEAL_AUTO_ROWS == 2000
+    monkeypatch.setattr(regressor_module, "ANNEAL_AUTO_ROWS", 80)
+    plain, annealed = draws(False), draws(True)
+    assert not np.array_equal(plain, annealed)
+    np.testing.assert_array_equal(draws("auto"), plain)  # 40 rows
+    # Weighted rows count by their weights: 40 rows of weight 2 are 80 rows.
+    np.testing.assert_array_equal(
+        draws("auto", sample_weight=np.full(40, 2)),
+        draws(True, sample_weight=np.full(40, 2)),
+    )
+
+
+@pytest.mark.parametrize("anneal, suggested", [(False, True), ("auto", False)])
+def test_convergence_warning_suggests_annealing_on_large_data(
+    monkeypatch, anneal, suggested
+):
+    import sklearn_meanfield.hmc.regressor as regressor_module
+
+    monkeypatch.setattr(regressor_module, "ANNEAL_AUTO_ROWS", 40)
+    X, y = _tiny_fit_data()
+    model = HMCNetworkRegressor(anneal_warmup=anneal, random_state=0, **_TINY)
+    with pytest.warns(Warning) as caught:
+        model.fit(X, y)
+    rhat = [str(w.message) for w in caught if "R-hat" in str(w.message)]
+    assert len(rhat) == 1
+    assert ("anneal_warmup=True" in rhat[0]) == suggested

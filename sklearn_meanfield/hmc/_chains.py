@@ -42,6 +42,11 @@ MIN_DRAWS = 4
 # units reorganise under the prior, whatever the data size.
 ANNEAL_START_ROWS = 10.0
 
+# HMCNetworkRegressor(anneal_warmup="auto") anneals from this many rows (sum
+# of the sample weights) on: measured to pay from 2000 rows of friedman1 on,
+# to be about even at 1000 and to cost a little at 200-500 (user guide).
+ANNEAL_AUTO_ROWS = 2000.0
+
 
 def iteration_blocks(n_warmup, n_samples):
     """How the iterations of a chain are grouped for progress reports.

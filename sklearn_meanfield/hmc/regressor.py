@@ -17,7 +17,7 @@ from .._loo import psis_smooth
 from .._memory import check_memory
 from .._parallel import N_JOBS_CONSTRAINT, draw_seeds
 from .._progress import CallbackSupportMixin, fit_progress
-from ._chains import MIN_DRAWS, ChainSettings, sample_chains
+from ._chains import ANNEAL_AUTO_ROWS, MIN_DRAWS, ChainSettings, sample_chains
 from ._diagnostics import effective_sample_size, split_rhat
 from ._network import HyperPrior, NetworkLayout, forward
 from ._transition import NetworkPosterior
@@ -99,7 +99,9 @@ def _chain_after_chain(values):
     return values.transpose(1, 0, 2).reshape(n_chains * n_kept, -1)
 
 
-def _check_convergence(draws, sampler="hmc", max_leapfrog=None):
+def _check_convergence(
+    draws, sampler="hmc", max_leapfrog=None, suggest_annealing=False
+):
     """Largest split R-hat and smallest bulk ESS; warn about poor mixing.
 
     The monitored quantities are the predictions at the training points and
@@ -109,8 +111,9 @@ def _check_convergence(draws, sampler="hmc", max_leapfrog=None):
     that mixes slowly, and the remedies of the sampler used: longer
     trajectories for ``"hmc"``; for ``"chees"``, whose lengths adapt, a
     larger ``max_leapfrog`` when the adapted lengths came within 10% of
-    their bound, else longer warm-up and more draws) and when trajectories
-    diverged after warm-up.
+    their bound, else longer warm-up and more draws; with
+    ``suggest_annealing``, for larger data warmed up without it, also the
+    annealed warm-up) and when trajectories diverged after warm-up.
 
     Returns
     -------
@@ -165,6 +168,11 @@ def _check_convergence(draws, sampler="hmc", max_leapfrog=None):
             remedy = (
                 "Increase n_warmup (the trajectory length and step size "
                 "adapt during warm-up) or n_samples."
+            )
+        if suggest_annealing:
+            remedy += (
+                " On data this large, anneal_warmup=True lets the chains "
+                "settle into the same configurations of the network."
             )
         warnings.warn(
             f"The {n_chains} chains disagree: largest split R-hat "
@@ -354,6 +362,25 @@ class HMCNetworkRegressor(
         trajectories: the wide directions of this posterior are correlated,
         curved ridges, narrow across, and the global step shrinks to follow
         them (see the user guide).  Off by default.
+    anneal_warmup : bool or "auto", default="auto"
+        Temper the likelihood during warm-up: through the two fifths of
+        warm-up after the iterations with fixed precisions, every row's log
+        likelihood is multiplied by a power that rises geometrically from
+        ``10 / n`` (the likelihood of about ten rows) to 1; the last two
+        fifths of warm-up (the step size adapting afresh) and all draws use
+        the posterior itself, so the draws stay exact.  The slow cooling lets
+        the hidden units reorganise before the data pin them, so that the
+        chains settle into the network configurations the data favour
+        rather than each into the first one it fits (simulated annealing).
+        ``"auto"`` anneals on 2000 rows or more (the sum of
+        ``sample_weight``), where it was measured to pay: on friedman1 the
+        largest R-hat falls from 1.64-1.73 to 1.17-1.28 with 2000 rows (two
+        seeds) and from 2.40 to 1.55 with 5000, and no chain is left in a
+        configuration with 1% worse predictions; it is about even with 1000
+        rows and costs a little on a few hundred (R-hat 1.09-1.10 against
+        1.02-1.08 with 200), where chains move between configurations
+        anyway and the 200 iterations of cooling are missed from the
+        settling of warm-up.  It costs no gradient evaluations.
     step_size : float, default=0.2
         Initial global step-size multiplier (Neal's eta); the step of each
         weight is this times the inverse square root of its estimated
@@ -516,7 +543,7 @@ class HMCNetworkRegressor(
         "n_leapfrog": [Interval(Integral, 1, None, closed="left")],
         "max_leapfrog": [Interval(Integral, 1, None, closed="left")],
         "adapt_mass_matrix": ["boolean", StrOptions({"fisher", "variance"})],
-        "anneal_warmup": ["boolean"],
+        "anneal_warmup": ["boolean", StrOptions({"auto"})],
         "step_size": [Interval(Real, 0, None, closed="neither")],
         "persistence": [Interval(Real, 0, 1, closed="left")],
         "target_accept": [Interval(Real, 0, 1, closed="neither")],
@@ -537,7 +564,7 @@ class HMCNetworkRegressor(
         n_leapfrog=100,
         max_leapfrog=1000,
         adapt_mass_matrix=False,
-        anneal_warmup=False,
+        anneal_warmup="auto",
         step_size=0.2,
         persistence=0.0,
         target_accept=0.8,
@@ -614,6 +641,8 @@ class HMCNetworkRegressor(
         )
         _check_sampling_memory(self.n_samples, self.n_chains, Xs.shape[0], layout)
         posterior = NetworkPosterior(Xs, Ys, layout, HyperPrior(), sample_weight)
+        large = posterior.n_weighted >= ANNEAL_AUTO_ROWS
+        anneal = large if self.anneal_warmup == "auto" else bool(self.anneal_warmup)
         settings = ChainSettings(
             n_samples=self.n_samples,
             n_warmup=self.n_warmup,
@@ -624,7 +653,7 @@ class HMCNetworkRegressor(
             sampler=self.sampler,
             max_leapfrog=self.max_leapfrog,
             adapt_mass_matrix=self.adapt_mass_matrix,
-            anneal=self.anneal_warmup,
+            anneal=anneal,
         )
         seeds = draw_seeds(check_random_state(self.random_state), self.n_chains)
         # Outputs without spread: the posterior is symmetric about them.
@@ -636,7 +665,12 @@ class HMCNetworkRegressor(
             draws = sample_chains(
                 posterior, seeds, settings, n_jobs=self.n_jobs, reporter=reporter
             )
-            rhat, ess = _check_convergence(draws, self.sampler, self.max_leapfrog)
+            rhat, ess = _check_convergence(
+                draws,
+                self.sampler,
+                self.max_leapfrog,
+                suggest_annealing=large and not anneal,
+            )
             loo = _leave_one_out(draws, Ys, y, sample_weight, self._y_scaler, constant)
             reporter(
                 1,
