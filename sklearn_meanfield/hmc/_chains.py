@@ -44,7 +44,7 @@ ANNEAL_START_ROWS = 10.0
 
 # HMCNetworkRegressor(anneal_warmup="auto") anneals from this many rows (sum
 # of the sample weights) on: measured to pay from 2000 rows of friedman1 on,
-# to be about even at 1000 and to cost a little at 200-500 (user guide).
+# to be no better at 1000 and to cost a little at 200-500 (user guide).
 ANNEAL_AUTO_ROWS = 2000.0
 
 
@@ -191,8 +191,8 @@ class ChainSettings:
         posterior itself.  A slow cooling lets every chain settle into the
         network configurations the data favour, where a chain started cold
         stays in the first configuration it fits (simulated annealing,
-        Kirkpatrick, Gelatt and Vecchi 1983): on friedman1 with 2000 rows
-        chains warmed up cold ended in configurations a test MSE 1% apart.
+        Kirkpatrick, Gelatt and Vecchi 1983; measurements in the user
+        guide).
         Warm-up draws are discarded, so the draws still follow the
         posterior.
 
