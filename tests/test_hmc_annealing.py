@@ -150,11 +150,15 @@ def test_step_size_adaptation_restarts_when_the_annealing_ends(monkeypatch):
     assert restarts == []
 
 
+def _tiny_fit_data(n=40, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.uniform(-2, 2, size=(n, 2))
+    return X, np.tanh(X[:, 0]) + 0.1 * rng.normal(size=n)
+
+
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_annealed_fit_does_not_depend_on_n_jobs():
-    rng = np.random.RandomState(0)
-    X = rng.uniform(-2, 2, size=(80, 2))
-    y = np.tanh(X[:, 0]) + 0.1 * rng.normal(size=80)
+    X, y = _tiny_fit_data(80)
     params = dict(
         hidden_layer_size=3,
         n_samples=20,
@@ -193,12 +197,6 @@ def test_annealed_warm_up_leaves_the_small_network_posterior():
     diff = results[True].mean(0) - results[False].mean(0)
     se = np.sqrt((results[True].var(0, ddof=1) + results[False].var(0, ddof=1)) / 6)
     assert np.all(np.abs(diff) < 4 * se + 1e-3)
-
-
-def _tiny_fit_data(n=40, seed=0):
-    rng = np.random.RandomState(seed)
-    X = rng.uniform(-2, 2, size=(n, 2))
-    return X, np.tanh(X[:, 0]) + 0.1 * rng.normal(size=n)
 
 
 _TINY = dict(hidden_layer_size=2, n_samples=8, n_warmup=10, n_leapfrog=4)
