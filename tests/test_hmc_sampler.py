@@ -274,3 +274,31 @@ def test_adaptation_is_frozen_after_warm_up():
     adaptation.update(moves)
     for after, before in zip(adaptation.tuning(), frozen):
         np.testing.assert_array_equal(after, before)
+
+
+def test_large_batches_are_split_without_changing_the_draws(monkeypatch):
+    # Batches are capped at BATCH_ACTIVATIONS hidden activations (chains x
+    # rows x units); lowered here so that 5 chains on 20 rows and 3 units
+    # (60 per chain) go in batches of 2, 2 and 1 even with one worker.
+    import sklearn_meanfield.hmc._chains as chains_module
+    from sklearn_meanfield.hmc._chains import ChainSettings, sample_chains
+
+    posterior = _small_posterior()
+    assert posterior.X.shape[0] * posterior.layout.n_hidden == 60
+    settings = ChainSettings(n_samples=6, n_warmup=6, n_leapfrog=5, step_size=0.1)
+    seeds = np.arange(5)
+    whole = sample_chains(posterior, seeds, settings, n_jobs=1)
+    batches, run_parallel = [], chains_module.run_parallel
+
+    def recording(function, arguments, **kwargs):
+        arguments = list(arguments)
+        batches.extend(len(args[1]) for args in arguments)
+        return run_parallel(function, arguments, **kwargs)
+
+    monkeypatch.setattr(chains_module, "run_parallel", recording)
+    monkeypatch.setattr(chains_module, "BATCH_ACTIVATIONS", 130)
+    split = sample_chains(posterior, seeds, settings, n_jobs=1)
+    assert batches == [2, 2, 1]
+    np.testing.assert_array_equal(split.theta, whole.theta)
+    np.testing.assert_array_equal(split.train_outputs, whole.train_outputs)
+    np.testing.assert_array_equal(split.step_size, whole.step_size)
