@@ -203,8 +203,7 @@ class ChainSettings:
         network configurations the data favour, where a chain started cold
         stays in the first configuration it fits (simulated annealing,
         Kirkpatrick, Gelatt and Vecchi 1983; measurements in the user
-        guide).
-        Warm-up draws are discarded, so the draws still follow the
+        guide).  Warm-up draws are discarded, so the draws still follow the
         posterior.
 
         Examples
