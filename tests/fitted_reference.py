@@ -142,6 +142,7 @@ def _cases():
                 n_samples=30,
                 n_warmup=30,
                 sampler="hmc",  # Neal's fixed-length HMC, as when frozen
+                gradient_dtype="float64",  # as when frozen
                 n_leapfrog=15,
                 n_chains=2,
                 random_state=0,
@@ -154,6 +155,7 @@ def _cases():
                 n_samples=20,
                 n_warmup=20,
                 sampler="hmc",  # Neal's fixed-length HMC, as when frozen
+                gradient_dtype="float64",  # as when frozen
                 n_leapfrog=10,
                 persistence=0.5,
                 ard=False,

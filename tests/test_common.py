@@ -88,6 +88,16 @@ _BETHE_RBM_UNIT_INTERVAL = (
     "[0, 1] data in tests/test_bethe_rbm.py)"
 )
 EXPECTED_FAILED_CHECKS = {
+    "HMCNetworkRegressor": {
+        "check_sample_weight_equivalence_on_dense_data": (
+            "compares the fits with integer weights and with repeated rows "
+            "draw for draw; the default single-precision leapfrog kicks differ "
+            "between the two by rounding (1e-7) and the chaotic trajectories "
+            "amplify it over the chains; the chains sample the same posterior "
+            "(tests/test_hmc_regressor.py compares them in distribution) and "
+            "with gradient_dtype='float64' the check passes (run there)"
+        ),
+    },
     "TAPGaussianProcessClassifier": {
         "check_class_weight_classifiers": (
             "optimizer=None keeps RBF(length_scale=1) on the check's blobs of "

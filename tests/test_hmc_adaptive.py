@@ -17,6 +17,7 @@ from scipy import integrate, stats
 from sklearn_meanfield import HMCNetworkRegressor
 from sklearn_meanfield.hmc._chains import ChainRandom, ChainSettings, run_chains
 from sklearn_meanfield.hmc._sampler import (
+    SplitTarget,
     adaptive_hmc,
     chees_gradient,
     halton,
@@ -80,7 +81,18 @@ def _double_well(x):
     return -2.0 * (x[:, 0] ** 2 - 1) ** 2, -8.0 * x * (x**2 - 1)
 
 
-def _one_transition_from_the_target(n, metropolis, seed):
+# The double well with kicks from a deliberately wrong force, 0.8 times the
+# gradient plus 0.3 (a single-precision rounding would be too small for a test
+# to see).  Any position-dependent force keeps the leapfrog reversible and
+# volume-preserving; the Metropolis test on the exact energy must then keep
+# the target exact.
+_DOUBLE_WELL_SPLIT = SplitTarget(
+    log_prob=lambda x: _double_well(x)[0],
+    gradient=lambda x: 0.8 * _double_well(x)[1] + 0.3,
+)
+
+
+def _one_transition_from_the_target(n, metropolis, seed, target=_double_well):
     """Exact draws of the double well (inverse CDF on a fine grid) and one
     transition each, with per-chain numbers of leapfrog steps."""
     rng = np.random.default_rng(seed)
@@ -88,13 +100,13 @@ def _one_transition_from_the_target(n, metropolis, seed):
     density = np.exp(_double_well(grid[:, None])[0])
     cdf = integrate.cumulative_trapezoid(density, grid, initial=0.0)
     x = np.interp(rng.uniform(size=n) * cdf[-1], cdf, grid)[:, None]
-    log_prob, grad = _double_well(x)
+    log_prob, grad = target(x)
     n_leapfrog = rng.integers(1, 12, size=n)
     step = hmc_step(
         x,
         log_prob,
         grad,
-        _double_well,
+        target,
         0.35 * rng.uniform(0.9, 1.1, size=(n, 1)),
         n_leapfrog,
         rng,
@@ -124,16 +136,21 @@ def _chi_square(x, probabilities, edges):
     return np.sum((counts - expected) ** 2 / expected)
 
 
-def test_one_transition_satisfies_detailed_balance_on_a_double_well():
+@pytest.mark.parametrize(
+    "target", [_double_well, _DOUBLE_WELL_SPLIT], ids=["gradient", "split"]
+)
+def test_one_transition_satisfies_detailed_balance_on_a_double_well(target):
     # From the exact target, one transition with masked trajectories of 1 to
     # 11 steps: the end points have the target's histogram (chi-square
     # against quadrature), and the pairs (x, x') are as likely as (x', x)
-    # (Bowker's symmetry test on a 2-D histogram): detailed balance.
+    # (Bowker's symmetry test on a 2-D histogram): detailed balance.  With a
+    # SplitTarget the kicks follow a wrong force and only the exact energy of
+    # the end points enters the Metropolis test.
     edges = np.linspace(-2.0, 2.0, 41)
     probabilities = _bin_probabilities(edges)
     df = len(edges) - 2
     bound = stats.chi2.ppf(0.999, df)
-    x, x_new = _one_transition_from_the_target(200_000, True, seed=0)
+    x, x_new = _one_transition_from_the_target(200_000, True, seed=0, target=target)
     assert _chi_square(x_new, probabilities, edges) < bound
     pair_edges = np.linspace(-2.0, 2.0, 13)
     joint = np.histogram2d(
@@ -144,14 +161,26 @@ def test_one_transition_satisfies_detailed_balance_on_a_double_well():
     used = (n_ij + n_ji) > 0
     bowker = np.sum((n_ij - n_ji)[used] ** 2 / (n_ij + n_ji)[used])
     assert bowker < stats.chi2.ppf(0.999, np.sum(used))
-    # The same test sees the O(eps^2) bias of unadjusted dynamics.
-    _, biased = _one_transition_from_the_target(200_000, False, seed=0)
+    # The same test sees the bias of unadjusted dynamics (O(eps^2) with the
+    # gradient, O(1) with the wrong force).
+    _, biased = _one_transition_from_the_target(200_000, False, seed=0, target=target)
     assert _chi_square(biased, probabilities, edges) > 3 * bound
 
 
-def test_masked_leapfrog_equals_each_chain_alone():
+def _wrong_force_gaussian():
+    """A Gaussian whose kicks follow another Gaussian's gradient."""
+    exact = gaussian_target(np.zeros(3), np.diag([1.0, 4.0, 0.25]))
+    force = gaussian_target(np.full(3, 0.2), np.diag([1.5, 3.0, 0.3]))
+    return SplitTarget(lambda q: exact(q)[0], lambda q: force(q)[1])
+
+
+@pytest.mark.parametrize(
+    "target",
+    [gaussian_target(np.zeros(3), np.diag([1.0, 4.0, 0.25])), _wrong_force_gaussian()],
+    ids=["gradient", "split"],
+)
+def test_masked_leapfrog_equals_each_chain_alone(target):
     rng = np.random.default_rng(2)
-    target = gaussian_target(np.zeros(3), np.diag([1.0, 4.0, 0.25]))
     q, p = rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
     _, grad = target(q)
     steps = np.array([1, 7, 3, 7])
@@ -163,6 +192,8 @@ def test_masked_leapfrog_equals_each_chain_alone():
         )
         for a, b in zip(together, alone):
             np.testing.assert_array_equal(a[c], b[0])
+    # The log density returned is the target's at each chain's own end point.
+    np.testing.assert_array_equal(together[2], target(together[0])[0])
 
 
 def test_chees_gradient_is_the_derivative_of_the_criterion():

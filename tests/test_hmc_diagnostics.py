@@ -5,7 +5,9 @@ import pytest
 from scipy import stats
 
 from sklearn_meanfield.hmc._diagnostics import (
+    _RANK_BLOCK,
     effective_sample_size,
+    pooled_ranks,
     rank_normalize,
     split_rhat,
 )
@@ -87,3 +89,24 @@ def test_constant_draws_do_not_produce_nan():
     rhat = split_rhat(draws)
     assert rhat[0] == pytest.approx(1.0) and rhat[1] > 1.05
     assert np.all(np.isfinite(effective_sample_size(draws[:, :, :1])))
+
+
+def test_pooled_ranks_are_scipys_average_ranks():
+    # MCMC draws repeat (rejected proposals) and may round to ties; more
+    # columns than one block, and a column with NaN, which is all NaN.
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=(300, _RANK_BLOCK + 7))
+    repeated = rng.integers(1, 300, size=60)
+    values[repeated] = values[repeated - 1]
+    values[:, :40] = np.round(values[:, :40], 1)
+    values[5, 3], values[7:9, 4] = np.nan, np.inf
+    expected = stats.rankdata(values, axis=0)
+    np.testing.assert_array_equal(pooled_ranks(values), expected)
+    assert np.isnan(expected[:, 3]).all()
+    # One row, one column.
+    np.testing.assert_array_equal(
+        pooled_ranks(values[:1]), np.ones((1, values.shape[1]))
+    )
+    np.testing.assert_array_equal(
+        pooled_ranks(values[:, 10:11]), stats.rankdata(values[:, 10:11], axis=0)
+    )

@@ -172,14 +172,16 @@ def test_chain_random_rows_do_not_depend_on_batch():
 # ------------------------------------------------- the network chains' driver
 
 
-def _small_posterior():
+def _small_posterior(gradient_dtype=np.float64):
     from sklearn_meanfield.hmc._network import HyperPrior, NetworkLayout
     from sklearn_meanfield.hmc._transition import NetworkPosterior
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(20, 1))
     Y = np.tanh(X) + 0.1 * rng.normal(size=(20, 1))
-    return NetworkPosterior(X, Y, NetworkLayout(1, 3, 1), HyperPrior())
+    return NetworkPosterior(
+        X, Y, NetworkLayout(1, 3, 1), HyperPrior(), gradient_dtype=gradient_dtype
+    )
 
 
 class _Watch:
@@ -276,14 +278,19 @@ def test_adaptation_is_frozen_after_warm_up():
         np.testing.assert_array_equal(after, before)
 
 
-def test_large_batches_are_split_without_changing_the_draws(monkeypatch):
-    # Batches are capped at BATCH_ACTIVATIONS hidden activations (chains x
-    # rows x units); lowered here so that 5 chains on 20 rows and 3 units
-    # (60 per chain) go in batches of 2, 2 and 1 even with one worker.
+@pytest.mark.parametrize("gradient_dtype", [np.float64, np.float32])
+def test_large_batches_are_split_without_changing_the_draws(
+    monkeypatch, gradient_dtype
+):
+    # Batches are capped at BATCH_BYTES of hidden activations (chains x rows
+    # x units x bytes each); lowered here so that 5 chains on 20 rows and 3
+    # units (60 per chain) go in batches of 2, 2 and 1 even with one worker.
+    # In single precision too: a chain's kicks must not depend on the other
+    # chains of its batch.
     import sklearn_meanfield.hmc._chains as chains_module
     from sklearn_meanfield.hmc._chains import ChainSettings, sample_chains
 
-    posterior = _small_posterior()
+    posterior = _small_posterior(gradient_dtype=gradient_dtype)
     assert posterior.X.shape[0] * posterior.layout.n_hidden == 60
     settings = ChainSettings(n_samples=6, n_warmup=6, n_leapfrog=5, step_size=0.1)
     seeds = np.arange(5)
@@ -296,7 +303,8 @@ def test_large_batches_are_split_without_changing_the_draws(monkeypatch):
         return run_parallel(function, arguments, **kwargs)
 
     monkeypatch.setattr(chains_module, "run_parallel", recording)
-    monkeypatch.setattr(chains_module, "BATCH_ACTIVATIONS", 130)
+    itemsize = np.dtype(gradient_dtype).itemsize
+    monkeypatch.setattr(chains_module, "BATCH_BYTES", 130 * itemsize)
     split = sample_chains(posterior, seeds, settings, n_jobs=1)
     assert batches == [2, 2, 1]
     np.testing.assert_array_equal(split.theta, whole.theta)

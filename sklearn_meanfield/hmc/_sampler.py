@@ -29,6 +29,13 @@ Hoffman, M. D., Radul, A. and Sountsov, P. (2021). An adaptive MCMC scheme for
 setting trajectory lengths in Hamiltonian Monte Carlo. Proceedings of AISTATS,
 PMLR 130, 3907-3915 (ChEES, Halton jitter, Adam on the log trajectory length).
 
+Neal, R. M. (2011). MCMC using Hamiltonian dynamics. In Handbook of Markov
+Chain Monte Carlo, chapter 5 (section 5.5.5: an approximate gradient in the
+trajectory, the exact energy in the acceptance test).
+
+Rasmussen, C. E. (2003). Gaussian processes to speed up hybrid Monte Carlo for
+expensive Bayesian integrals. Bayesian Statistics 7, 651-659.
+
 Stan Development Team. Stan Reference Manual, section "HMC algorithm
 parameters: automatic parameter tuning" (windowed adaptation of the step size
 and a diagonal metric: a fast initial buffer, doubling slow windows, a
@@ -53,6 +60,7 @@ __all__ = [
     "DualAveraging",
     "MassMatrixAdaptation",
     "RunningVariance",
+    "SplitTarget",
     "adaptive_hmc",
     "chees_gradient",
     "halton",
@@ -66,6 +74,59 @@ __all__ = [
 # An energy error above this is a divergence: the trajectory left the region the
 # step size can integrate, and is rejected whatever the uniform draw says.
 DIVERGENCE_THRESHOLD = 1000.0
+
+
+class SplitTarget(NamedTuple):
+    """A log density whose leapfrog kicks follow a cheaper force field.
+
+    Leapfrog with any force field that depends on the position alone is
+    volume-preserving and reversible (each kick and drift is a shear, and the
+    sequence is symmetric), so a Metropolis test on the exact energy keeps
+    the chain exact whatever field moves it; a field close to the gradient
+    only keeps the acceptance high (Neal 2011, section 5.5.5, "Using
+    approximations to compute the trajectory"; Rasmussen 2003).  :func:`leapfrog` calls
+    ``gradient`` at every step and ``log_prob`` once, at the end point.  The
+    kick at the start of a trajectory must use the same field (the
+    ``grad`` of the chain's state), which calling the target provides.
+
+    Parameters
+    ----------
+    log_prob : callable
+        ``q -> log density (n_chains,)``, exact: the Metropolis test uses it.
+    gradient : callable
+        ``q -> (n_chains, n_params)``, the force of the kicks, such as the
+        gradient in single precision.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._sampler import SplitTarget
+    >>> target = SplitTarget(lambda q: -0.5 * np.sum(q**2, axis=1),
+    ...                      lambda q: -q.astype(np.float32).astype(float))
+    >>> log_prob, grad = target(np.ones((1, 2)))
+    >>> log_prob, grad
+    (array([-1.]), array([[-1., -1.]]))
+    """
+
+    log_prob: object
+    gradient: object
+
+    def __call__(self, q):
+        """``(log_prob(q), gradient(q))``, the call of a plain target."""
+        return self.log_prob(q), self.gradient(q)
+
+
+def _step_evaluation(target):
+    """What every leapfrog step evaluates, and the end point's log density.
+
+    A plain target gives both at every step (the last step's log density is
+    the end point's); a :class:`SplitTarget` gives only its force field, and
+    its log density is evaluated once at the end.
+    """
+    if isinstance(target, SplitTarget):
+        gradient = target.gradient
+        return (lambda q: (None, gradient(q))), target.log_prob
+    return target, None
 
 
 def leapfrog(q, p, grad, step_sizes, n_steps, log_prob_and_grad):
@@ -87,15 +148,17 @@ def leapfrog(q, p, grad, step_sizes, n_steps, log_prob_and_grad):
         per chain; a chain with fewer steps than the longest stays at its end
         point while the others move on (masked, so that its result does not
         depend on the other chains of the batch).
-    log_prob_and_grad : callable
-        Maps ``q`` to ``(log_prob of shape (n_chains,), grad)``.
+    log_prob_and_grad : callable or SplitTarget
+        Maps ``q`` to ``(log_prob of shape (n_chains,), grad)``; a
+        :class:`SplitTarget` kicks with its force field and evaluates its
+        log density only at the end point.
 
     Returns
     -------
     q, p : ndarray of shape (n_chains, n_params)
         The end point.
     log_prob, grad : ndarray
-        Log density and gradient at the end point.
+        Log density and gradient (force) at the end point.
 
     Examples
     --------
@@ -109,24 +172,32 @@ def leapfrog(q, p, grad, step_sizes, n_steps, log_prob_and_grad):
     >>> bool(abs(q[0, 0]) < 1e-3), bool(abs(p[0, 0] + 1) < 1e-3)
     (True, True)
     """
+    evaluate, end_log_prob = _step_evaluation(log_prob_and_grad)
     if np.ndim(n_steps) > 0:
-        return _masked_leapfrog(q, p, grad, step_sizes, n_steps, log_prob_and_grad)
-    p = p + 0.5 * step_sizes * grad
-    for step in range(n_steps):
-        q = q + step_sizes * p
-        log_prob, grad = log_prob_and_grad(q)
-        if step < n_steps - 1:
-            p = p + step_sizes * grad
-    p = p + 0.5 * step_sizes * grad
+        q, p, log_prob, grad = _masked_leapfrog(
+            q, p, grad, step_sizes, n_steps, evaluate
+        )
+    else:
+        p = p + 0.5 * step_sizes * grad
+        for step in range(n_steps):
+            q = q + step_sizes * p
+            log_prob, grad = evaluate(q)
+            if step < n_steps - 1:
+                p = p + step_sizes * grad
+        p = p + 0.5 * step_sizes * grad
+    if end_log_prob is not None:
+        log_prob = end_log_prob(q)
     return q, p, log_prob, grad
 
 
-def _masked_leapfrog(q, p, grad, step_sizes, n_steps, log_prob_and_grad):
+def _masked_leapfrog(q, p, grad, step_sizes, n_steps, evaluate):
     """:func:`leapfrog` with ``n_steps[c]`` steps for chain ``c``.
 
     The batch runs ``max(n_steps)`` steps; a chain past its own count keeps
     its position, momentum and gradient (the log density is evaluated there
     again and discarded), so each row equals a run of that chain alone.
+    ``evaluate`` may return None for the log density (a :class:`SplitTarget`,
+    whose caller evaluates it at the end points).
     """
     n_steps = np.asarray(n_steps)
     step_sizes = np.broadcast_to(step_sizes, q.shape)
@@ -135,12 +206,13 @@ def _masked_leapfrog(q, p, grad, step_sizes, n_steps, log_prob_and_grad):
     for step in range(int(np.max(n_steps))):
         moving = (step < n_steps)[:, None]
         q = np.where(moving, q + step_sizes * p, q)
-        new_log_prob, new_grad = log_prob_and_grad(q)
-        log_prob = (
-            new_log_prob
-            if log_prob is None
-            else np.where(moving[:, 0], new_log_prob, log_prob)
-        )
+        new_log_prob, new_grad = evaluate(q)
+        if new_log_prob is not None:
+            log_prob = (
+                new_log_prob
+                if log_prob is None
+                else np.where(moving[:, 0], new_log_prob, log_prob)
+            )
         grad = np.where(moving, new_grad, grad)
         p = np.where((step < n_steps - 1)[:, None], p + step_sizes * grad, p)
     p = p + 0.5 * step_sizes * grad
