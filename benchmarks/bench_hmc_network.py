@@ -10,7 +10,9 @@ sd of its training residuals) and fit time of HMCNetworkRegressor,
 MLPRegressor, BayesianRidge and GaussianProcessRegressor, with the ratios of
 ours to each peer; then HMC's effective samples per second, and the cost of one
 log-posterior gradient against the two matrix products with the data it needs
-(the floor), for one chain and per chain when chains are batched.
+(the floor), for one chain and per chain when chains are batched, in double
+precision and in the single precision of the default leapfrog kicks
+(``gradient_dtype="float32"``).
 
 ``--mass-matrix`` runs instead HMCNetworkRegressor alone on friedman1 (the
 sizes given, noise sd 1, 10 hidden units, 4 chains, ``n_jobs=2``,
@@ -50,6 +52,7 @@ from sklearn_meanfield.hmc._network import (
     NetworkLayout,
     augment,
     log_posterior_and_grad,
+    log_posterior_gradient,
 )
 
 
@@ -138,8 +141,9 @@ def _best_cpu_time(function, repeats):
 
 
 def gradient_cost(n_samples, n_features, n_hidden, n_chains, repeats=200):
-    """CPU seconds per gradient (per chain), per floor (two products with X),
-    and per floor plus the one exp of the hidden units a tanh network needs."""
+    """CPU seconds per gradient (per chain) in double and in single precision
+    (the default leapfrog kicks), per floor (two products with X), and per
+    floor plus the one exp of the hidden units a tanh network needs."""
     rng = np.random.RandomState(0)
     X = rng.normal(size=(n_samples, n_features))
     Y = rng.normal(size=(n_samples, 1))
@@ -152,6 +156,11 @@ def gradient_cost(n_samples, n_features, n_hidden, n_chains, repeats=200):
         lambda: log_posterior_and_grad(
             theta, X, Y, noise, precision, layout, X_augmented_T=xa_t
         ),
+        repeats,
+    )
+    xa_t32, Y32 = xa_t.astype(np.float32), Y.astype(np.float32)
+    single = _best_cpu_time(
+        lambda: log_posterior_gradient(theta, Y32, noise, precision, layout, xa_t32),
         repeats,
     )
     v1 = theta[0, : (n_features + 1) * n_hidden].reshape(n_features + 1, n_hidden)
@@ -167,6 +176,7 @@ def gradient_cost(n_samples, n_features, n_hidden, n_chains, repeats=200):
 
     return (
         grad / n_chains,
+        single / n_chains,
         _best_cpu_time(floor_products, repeats),
         _best_cpu_time(floor_with_exp, repeats),
     )
@@ -345,16 +355,21 @@ def main(argv=None):
     print("\nGradient cost (10 hidden units, 10 inputs), CPU microseconds per")
     print("chain; floor = [X, 1] @ [W1; b1] plus its transpose product, one chain;")
     print("floor+exp adds the exp of the (n, 10) pre-activations every tanh needs")
+    print("(double precision); f32/chain: the single-precision gradient of the")
+    print("default leapfrog kicks, per chain, and its speed-up over grad/chain")
     print(
         f"{'n':>6s} {'chains':>6s} {'grad/chain':>11s} {'floor':>8s} {'ratio':>6s} "
-        f"{'floor+exp':>10s} {'ratio':>6s}"
+        f"{'floor+exp':>10s} {'ratio':>6s} {'f32/chain':>10s} {'speed-up':>8s}"
     )
-    for n in (200, 1000):
-        for chains in (1, 2, 4, 8):
-            grad, floor, floor_exp = gradient_cost(n, 10, 10, chains)
+    for n, batches in ((200, (1, 2, 4, 8)), (1000, (1, 2, 4, 8)), (5000, (1, 2))):
+        for chains in batches:
+            grad, single, floor, floor_exp = gradient_cost(
+                n, 10, 10, chains, repeats=200 if n < 5000 else 40
+            )
             print(
                 f"{n:6d} {chains:6d} {grad * 1e6:11.1f} {floor * 1e6:8.1f} "
-                f"{grad / floor:6.1f} {floor_exp * 1e6:10.1f} {grad / floor_exp:6.1f}"
+                f"{grad / floor:6.1f} {floor_exp * 1e6:10.1f} {grad / floor_exp:6.1f} "
+                f"{single * 1e6:10.1f} {grad / single:8.2f}"
             )
 
 
