@@ -13,6 +13,7 @@ import pytest
 from sklearn.utils.estimator_checks import (
     check_sample_weight_equivalence_on_dense_data,
 )
+from test_common import draw_for_draw, make_instance
 
 from sklearn_meanfield import HMCNetworkRegressor
 from sklearn_meanfield.hmc._network import (
@@ -160,16 +161,9 @@ def test_single_and_double_precision_chains_sample_the_same_posterior():
 def test_double_precision_passes_the_sample_weight_equivalence_check():
     # The check compares the fits with integer weights and with repeated rows
     # draw for draw, which holds with double-precision kicks (the default's
-    # single-precision ones round the two sums apart: tests/test_common.py).
+    # single-precision ones round the two sums apart: tests/test_common.py);
+    # the instance is the common tests' one, in double precision.
     check_sample_weight_equivalence_on_dense_data(
         "HMCNetworkRegressor",
-        HMCNetworkRegressor(
-            hidden_layer_size=3,
-            n_samples=20,
-            n_warmup=20,
-            n_leapfrog=10,
-            n_chains=2,
-            random_state=0,
-            gradient_dtype="float64",
-        ),
+        draw_for_draw(make_instance(HMCNetworkRegressor)),
     )

@@ -84,10 +84,11 @@ class SplitTarget(NamedTuple):
     sequence is symmetric), so a Metropolis test on the exact energy keeps
     the chain exact whatever field moves it; a field close to the gradient
     only keeps the acceptance high (Neal 2011, section 5.5.5, "Using
-    approximations to compute the trajectory"; Rasmussen 2003).  :func:`leapfrog` calls
-    ``gradient`` at every step and ``log_prob`` once, at the end point.  The
-    kick at the start of a trajectory must use the same field (the
-    ``grad`` of the chain's state), which calling the target provides.
+    approximations to compute the trajectory"; Rasmussen 2003).
+    :func:`leapfrog` calls ``gradient`` at every step and ``log_prob`` once,
+    at the end point.  The kick at the start of a trajectory must use the
+    same field (the ``grad`` of the chain's state), which calling the target
+    provides.
 
     Parameters
     ----------
