@@ -61,9 +61,9 @@ from sklearn_meanfield.diagnostics import (  # noqa: E402
 from sklearn_meanfield.hmc._network import (  # noqa: E402
     HyperPrior,
     NetworkLayout,
-    forward,
     gibbs_precisions,
     log_posterior_and_grad,
+    network_outputs,
     prior_precision_vector,
 )
 
@@ -209,7 +209,7 @@ class _ShapeRate:
 
 def _our_conditional(theta, phi, Xs, Ys, layout, prior):
     """log p(precisions | theta) of our sampler's Gibbs step, at ``phi``."""
-    residual = Ys - forward(theta[None], Xs, layout).outputs
+    residual = Ys - network_outputs(theta[None], Xs, layout)
     stub = _ShapeRate()
     inv_groups, inv_noise = gibbs_precisions(theta[None], residual, layout, prior, stub)
     groups, noise = phi

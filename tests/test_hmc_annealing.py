@@ -12,8 +12,8 @@ from sklearn_meanfield.hmc._chains import (
     run_chains,
 )
 from sklearn_meanfield.hmc._network import (
-    forward,
     gibbs_precisions,
+    network_outputs,
     prior_precision_vector,
 )
 from sklearn_meanfield.hmc._transition import NetworkPosterior
@@ -37,7 +37,7 @@ def test_tempered_posterior_raises_the_likelihood_to_the_power(weighted):
     layout = posterior.layout
     theta = rng.normal(size=(3, layout.n_params))
     noise, groups = _precisions(layout, 3, rng)
-    residual = posterior.Y - forward(theta, posterior.X, layout).outputs
+    residual = posterior.Y - network_outputs(theta, posterior.X, layout)
     row_weights = np.ones(25) if weights is None else weights
     log_lik = -0.5 * np.einsum("cnm,cm,n->c", residual**2, noise, row_weights)
     log_prior = -0.5 * np.sum(prior_precision_vector(groups, layout) * theta**2, 1)
@@ -57,7 +57,7 @@ def test_tempered_gibbs_step_of_the_noise_has_the_tempered_conditional():
     posterior = small_network_posterior(40).tempered(0.05)
     layout, prior = posterior.layout, posterior.prior
     theta = np.random.default_rng(2).normal(size=(1, layout.n_params))
-    residual = posterior.Y - forward(theta, posterior.X, layout).outputs
+    residual = posterior.Y - network_outputs(theta, posterior.X, layout)
     n_draws = 20000
     _, noise = gibbs_precisions(
         np.repeat(theta, n_draws, axis=0),

@@ -27,7 +27,7 @@ import numpy as np
 
 from .._layout import ParameterLayout
 
-__all__ = ["Activations", "HyperPrior", "NetworkLayout"]
+__all__ = ["Activations", "HyperPrior", "NetworkLayout", "network_outputs"]
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ class HyperPrior:
 
 
 def _tanh(a):
-    """tanh as ``2 / (1 + exp(-2a)) - 1``, in place on one buffer.
+    """tanh as ``2 / (1 + exp(-2a)) - 1``, in a new buffer.
 
     numpy's tanh costs several times an exp on common CPUs and it dominates the
     gradient of a small network; this form needs one exp and three in-place
@@ -196,7 +196,11 @@ def _tanh(a):
     needs: the same function enters the energy and its gradient) and saturates
     to -1 when the exp overflows.
     """
-    e = np.multiply(a, -2.0)
+    return _tanh_of_scaled(np.multiply(a, -2.0))
+
+
+def _tanh_of_scaled(e):
+    """:func:`_tanh` of ``a`` given ``e = -2a``, in place on ``e``."""
     with np.errstate(over="ignore"):
         np.exp(e, out=e)
     e += 1.0
@@ -205,28 +209,54 @@ def _tanh(a):
     return e
 
 
+def _input_product(weights, inputs_T, factor=None):
+    """``(inputs weights)^T`` of every chain, (n_chains, n_hidden, n_samples).
+
+    One matrix product per chain (a chain's result never depends on the
+    others in its batch, as one product over the stacked weights of all
+    chains would through the BLAS kernel's blocking), written in the layout
+    the tanh and the backward pass want.  ``factor`` scales the (small)
+    weights rather than the (large) product.
+    """
+    weights_T = weights.transpose(0, 2, 1)
+    if factor is not None:
+        weights_T = weights_T * factor
+    return np.matmul(weights_T, inputs_T)
+
+
 class Activations(NamedTuple):
-    """The network evaluated on a set of inputs, per chain (or draw)."""
+    """The network evaluated on a set of inputs, per chain (or draw).
+
+    The samples are the last axis, so that every array operation of the
+    sampler's inner loop runs along the long contiguous axis: the bias,
+    outgoing-weight and noise-precision broadcasts as well as the tanh.
+    """
 
     outputs: np.ndarray
-    """Network outputs, (n_chains, n_samples, n_outputs)."""
+    """Network outputs, (n_chains, n_outputs, n_samples)."""
     hidden: np.ndarray
-    """Hidden activations ``tanh(pre)``, (n_chains, n_samples, n_hidden)."""
+    """Hidden activations ``tanh(pre)``, (n_chains, n_hidden, n_samples)."""
     pre: np.ndarray
-    """Hidden pre-activations ``x W1 + b1``, (n_chains, n_samples, n_hidden)."""
+    """Hidden pre-activations ``(x W1 + b1)^T``, (n_chains, n_hidden, n_samples)."""
+
+    def outputs_by_sample(self):
+        """The outputs as (n_chains, n_samples, n_outputs), a transposed view."""
+        return self.outputs.transpose(0, 2, 1)
 
 
 def _output_layer(pre, w2, b2):
     """The network from the hidden pre-activations on: the one tanh layer and
     output layer every evaluation of the network goes through."""
     hidden = _tanh(pre)
-    return Activations(np.matmul(hidden, w2) + b2[:, None, :], hidden, pre)
+    outputs = np.matmul(w2.transpose(0, 2, 1), hidden)
+    outputs += b2[:, :, None]
+    return Activations(outputs, hidden, pre)
 
 
 def _augmented_forward(views, X_augmented_T):
     """The network on ``[X, 1] [W1; b1]``, given the views ``V1, W2, b2``."""
     v1, w2, b2 = views
-    return _output_layer(np.matmul(X_augmented_T.T, v1), w2, b2)
+    return _output_layer(_input_product(v1, X_augmented_T), w2, b2)
 
 
 def forward(theta, X, layout, X_augmented_T=None):
@@ -234,7 +264,8 @@ def forward(theta, X, layout, X_augmented_T=None):
 
     The pre-activations are ``X W1 + b1``, or, given ``augment(X)``,
     ``[X, 1] [W1; b1]`` in one matrix product, as the sampler computes them
-    (the two agree up to rounding).
+    (the two agree up to rounding).  All three arrays have the samples on
+    their last axis (:class:`Activations`).
 
     Parameters
     ----------
@@ -248,8 +279,12 @@ def forward(theta, X, layout, X_augmented_T=None):
     Returns
     -------
     activations : Activations
-        ``outputs`` (n_chains, n_samples, n_outputs), ``hidden`` and ``pre``
-        (n_chains, n_samples, n_hidden).
+        ``outputs`` (n_chains, n_outputs, n_samples), ``hidden`` and ``pre``
+        (n_chains, n_hidden, n_samples).
+
+    See Also
+    --------
+    network_outputs : the outputs alone, one row per sample.
 
     Examples
     --------
@@ -259,7 +294,7 @@ def forward(theta, X, layout, X_augmented_T=None):
     >>> theta = np.random.default_rng(0).normal(size=(4, layout.n_params))
     >>> outputs, hidden, _ = forward(theta, np.ones((5, 2)), layout)
     >>> outputs.shape, hidden.shape, bool(np.all(np.abs(hidden) < 1))
-    ((4, 5, 1), (4, 5, 3), True)
+    ((4, 1, 5), (4, 3, 5), True)
     >>> same = forward(theta, None, layout, X_augmented_T=augment(np.ones((5, 2))))
     >>> bool(np.allclose(same.outputs, outputs, rtol=1e-14))
     True
@@ -267,7 +302,24 @@ def forward(theta, X, layout, X_augmented_T=None):
     if X_augmented_T is not None:
         return _augmented_forward(layout.augmented.unpack(theta), X_augmented_T)
     w1, b1, w2, b2 = layout.blocks.unpack(theta)
-    return _output_layer(np.matmul(X, w1) + b1[:, None, :], w2, b2)
+    pre = _input_product(w1, X.T)
+    pre += b1[:, :, None]
+    return _output_layer(pre, w2, b2)
+
+
+def network_outputs(theta, X, layout):
+    """Network outputs of every chain (or draw), (n_chains, n_samples, n_outputs).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._network import NetworkLayout, network_outputs
+    >>> layout = NetworkLayout(2, 3, 2)
+    >>> theta = np.zeros((4, layout.n_params))
+    >>> network_outputs(theta, np.ones((5, 2)), layout).shape
+    (4, 5, 2)
+    """
+    return forward(theta, X, layout).outputs_by_sample()
 
 
 def augment(X):
@@ -292,45 +344,53 @@ def augment(X):
 def _weighted_residual(views, X_augmented_T, Y, noise_precision, sample_weight):
     """Forward pass: hidden activations, residuals ``Y - f(X)`` and the residuals
     times the noise precision and the sample weights (the likelihood's
-    ``-d log p / d f``), in the dtype of ``X_augmented_T``."""
-    outputs, hidden, _ = _augmented_forward(views, X_augmented_T)
-    residual = Y - outputs
-    weighted = residual * noise_precision[:, None, :]
+    ``-d log p / d f``), in the dtype of ``X_augmented_T``; samples last,
+    (n_chains, n_outputs, n_samples)."""
+    v1, w2, b2 = views
+    # The tanh's factor -2 goes into the weights: the pre-activations
+    # themselves are not needed here.
+    hidden = _tanh_of_scaled(_input_product(v1, X_augmented_T, factor=-2.0))
+    outputs = np.matmul(w2.transpose(0, 2, 1), hidden)
+    outputs += b2[:, :, None]
+    residual = np.subtract(Y.T, outputs, out=outputs)
+    weighted = residual * noise_precision[:, :, None]
     if sample_weight is not None:
-        weighted *= sample_weight[:, None]
+        weighted *= sample_weight
     return hidden, residual, weighted
 
 
 def _likelihood_gradient(views, hidden, weighted, X_augmented_T, layout):
     """Backward pass: the gradient of the log likelihood, (n_chains, n_params).
 
-    It takes the matrix products ``R W2^T`` (a broadcast for one output),
-    ``[X, 1]^T dA`` and ``Z^T R``.
+    It takes the matrix products ``W2 R`` (a broadcast for one output),
+    ``[X, 1]^T dA^T`` and ``Z R^T``, samples on
+    the last axis throughout.
     """
     blocks = layout.augmented
     n_chains = hidden.shape[0]
     grad = np.empty((n_chains, layout.n_params), dtype=hidden.dtype)
     # Back through tanh: d tanh(a) / da = 1 - tanh(a)^2.
-    w2_t = views.W2.transpose(0, 2, 1)
-    if layout.n_outputs == 1:  # an outer product: cheaper as a broadcast
-        delta = weighted * w2_t
+    delta = np.multiply(hidden, hidden)
+    np.subtract(1.0, delta, out=delta)
+    if layout.n_outputs == 1:  # an outer product: cheaper as broadcasts
+        delta *= views.W2
+        delta *= weighted
     else:
-        delta = np.matmul(weighted, w2_t)
-    slope = hidden * hidden
-    np.subtract(1.0, slope, out=slope)
-    delta *= slope
+        delta *= np.matmul(views.W2, weighted)
     # Flat slices rather than views of grad: this is the sampler's inner loop.
-    grad[:, blocks.slice("V1")] = np.matmul(X_augmented_T, delta).reshape(n_chains, -1)
-    grad[:, blocks.slice("W2")] = np.matmul(
-        hidden.transpose(0, 2, 1), weighted
+    grad[:, blocks.slice("V1")] = np.matmul(
+        X_augmented_T, delta.transpose(0, 2, 1)
     ).reshape(n_chains, -1)
-    grad[:, blocks.slice("b2")] = weighted.sum(axis=1)
+    grad[:, blocks.slice("W2")] = np.matmul(
+        hidden, weighted.transpose(0, 2, 1)
+    ).reshape(n_chains, -1)
+    grad[:, blocks.slice("b2")] = weighted.sum(axis=2)
     return grad
 
 
 def _log_posterior_value(residual, weighted, prior_term, theta):
     return -0.5 * (
-        np.einsum("cnm,cnm->c", residual, weighted)
+        np.einsum("cmn,cmn->c", residual, weighted)
         + np.einsum("cp,cp->c", prior_term, theta)
     )
 

@@ -44,15 +44,16 @@ __all__ = ["rescale_groups", "rescale_units"]
 
 
 def _log_likelihood(Y, noise_precision, sample_weight=None):
-    """``out -> -1/2 sum_k tau_k sum_i w_i (y_ik - out_cik)^2`` per chain ``c``."""
+    """``out -> -1/2 sum_k tau_k sum_i w_i (y_ik - out_cki)^2`` per chain ``c``,
+    for outputs with the samples last (:class:`Activations`)."""
+    Y_t = Y.T
 
     def log_lik(out):
-        residual = Y - out
+        residual = Y_t - out
+        residual *= residual
         if sample_weight is None:
-            return -0.5 * np.einsum("cnm,cm->c", residual * residual, noise_precision)
-        return -0.5 * np.einsum(
-            "cnm,cm,n->c", residual * residual, noise_precision, sample_weight
-        )
+            return -0.5 * np.einsum("cmn,cm->c", residual, noise_precision)
+        return -0.5 * np.einsum("cmn,cm,n->c", residual, noise_precision, sample_weight)
 
     return log_lik
 
@@ -101,13 +102,14 @@ def _group_scaled(state, g, factor, X_augmented_T, layout, theta):
     rows = layout.input_group_rows()
     factor = factor[:, None, None]
     if g < len(rows):
-        part = np.matmul(X_augmented_T[rows[g]].T, v1[:, rows[g], :])
-        pre = state.pre + factor * part
-        return _output_layer(pre, w2, b2)
+        part = np.matmul(v1[:, rows[g], :].transpose(0, 2, 1), X_augmented_T[rows[g]])
+        part *= factor
+        part += state.pre
+        return _output_layer(part, w2, b2)
     if g == len(rows):  # hidden-to-output weights
-        outputs = state.outputs + factor * (state.outputs - b2[:, None, :])
+        outputs = state.outputs + factor * (state.outputs - b2[:, :, None])
     else:  # output biases
-        outputs = state.outputs + factor * b2[:, None, :]
+        outputs = state.outputs + factor * b2[:, :, None]
     return Activations(outputs, state.hidden, state.pre)
 
 
@@ -133,6 +135,7 @@ def rescale_groups(
     proposal_sd,
     random_state,
     sample_weight=None,
+    activations=None,
 ):
     """Joint Metropolis moves of each weight group and its precision.
 
@@ -162,6 +165,9 @@ def rescale_groups(
     random_state : numpy.random.Generator or ChainRandom
     sample_weight : ndarray of shape (n_samples,) or None, default=None
         Weight of every row's log likelihood.
+    activations : Activations or None, default=None
+        The network at ``theta`` on the training inputs, if the caller has
+        it (``forward(theta, None, layout, X_augmented_T)``); not modified.
 
     Returns
     -------
@@ -169,6 +175,8 @@ def rescale_groups(
     group_precision : ndarray of shape (n_chains, n_groups)
     accept_prob : ndarray of shape (n_chains, n_groups)
         Metropolis acceptance probability of every proposal.
+    activations : Activations
+        The network at the returned ``theta``, for the next move.
 
     Examples
     --------
@@ -181,7 +189,7 @@ def rescale_groups(
     >>> X, Y = rng.normal(size=(20, 2)), rng.normal(size=(20, 1))
     >>> theta = rng.normal(size=(2, layout.n_params))
     >>> groups = np.ones((2, layout.n_groups))
-    >>> new_theta, new_groups, accept = rescale_groups(
+    >>> new_theta, new_groups, accept, _ = rescale_groups(
     ...     theta, groups, np.ones((2, 1)), augment(X), Y, layout, HyperPrior(),
     ...     np.full((2, layout.n_groups), 0.3), rng)
     >>> # The standardised weights z sqrt(tau) never change.
@@ -194,7 +202,9 @@ def rescale_groups(
     group_precision = group_precision.copy()
     a, means = prior.a_weights, prior.group_means(layout)
     index = layout.group_index()
-    state = forward(theta, None, layout, X_augmented_T=X_augmented_T)
+    state = activations
+    if state is None:
+        state = forward(theta, None, layout, X_augmented_T=X_augmented_T)
     sweep = _Sweep(state.outputs, Y, noise_precision, sample_weight)
     sweep.draw(random_state, proposal_sd, (theta.shape[0], layout.n_groups))
     for g in range(layout.n_groups):
@@ -211,7 +221,7 @@ def rescale_groups(
         theta[:, index == g] *= scale[:, None]
         state = _select(accepted, proposal, state)
         group_precision[:, g] /= scale**2
-    return theta, group_precision, sweep.accept_prob
+    return theta, group_precision, sweep.accept_prob, state
 
 
 def rescale_units(
@@ -224,6 +234,7 @@ def rescale_units(
     proposal_sd,
     random_state,
     sample_weight=None,
+    activations=None,
 ):
     """Metropolis moves along the scale ridge of every hidden unit.
 
@@ -237,8 +248,8 @@ def rescale_units(
     multiplicative group, and the Jacobian ``c^(d + 1 - m)`` (``d`` inputs,
     ``m`` outputs) enters the acceptance ratio with the prior and likelihood
     ratios.
-    Units are moved one after the other; each move updates one column of the
-    hidden activations.
+    Units are moved one after the other; each move updates one row of the
+    hidden activations (samples last).
 
     Parameters
     ----------
@@ -255,6 +266,9 @@ def rescale_units(
     random_state : numpy.random.Generator or ChainRandom
     sample_weight : ndarray of shape (n_samples,) or None, default=None
         Weight of every row's log likelihood.
+    activations : Activations or None, default=None
+        The network at ``theta`` on the training inputs, if the caller has
+        it (:func:`rescale_groups` returns it); not modified.
 
     Returns
     -------
@@ -283,16 +297,19 @@ def rescale_units(
     d1, h, m = layout.n_features + 1, layout.n_hidden, layout.n_outputs
     v1, w2, _ = layout.augmented.unpack(theta)  # views into theta
     lam_in, lam_out, _ = layout.augmented.unpack(prior_precision)
-    outputs, hidden, pre = forward(theta, None, layout, X_augmented_T=X_augmented_T)
+    if activations is None:
+        outputs, hidden, pre = forward(theta, None, layout, X_augmented_T=X_augmented_T)
+    else:  # updated row by row below
+        outputs, hidden, pre = (array.copy() for array in activations)
     sweep = _Sweep(outputs, Y, noise_precision, sample_weight)
     sweep.draw(random_state, proposal_sd, (theta.shape[0], h))
     for unit in range(h):
         u = sweep.log_c[:, unit]
         c = np.exp(u)
-        # Only this unit's column of the hidden activations changes.
-        hidden_new = _tanh(c[:, None] * pre[:, :, unit])  # (C, n)
-        change = hidden_new / c[:, None] - hidden[:, :, unit]
-        out_new = outputs + change[:, :, None] * w2[:, unit, None, :]
+        # Only this unit's row of the hidden activations changes.
+        hidden_new = _tanh(c[:, None] * pre[:, unit])  # (C, n)
+        change = hidden_new / c[:, None] - hidden[:, unit]
+        out_new = outputs + w2[:, unit, :, None] * change[:, None, :]
         incoming = np.sum(lam_in[:, :, unit] * v1[:, :, unit] ** 2, axis=1)
         outgoing = np.sum(lam_out[:, unit] * w2[:, unit] ** 2, axis=1)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -307,7 +324,7 @@ def rescale_units(
         scale = np.where(accepted, c, 1.0)
         v1[:, :, unit] *= scale[:, None]
         w2[:, unit, :] /= scale[:, None]
-        pre[:, :, unit] *= scale[:, None]
-        hidden[:, :, unit] = np.where(accepted[:, None], hidden_new, hidden[:, :, unit])
+        pre[:, unit] *= scale[:, None]
+        hidden[:, unit] = np.where(accepted[:, None], hidden_new, hidden[:, unit])
         outputs = np.where(accepted[:, None, None], out_new, outputs)
     return theta, sweep.accept_prob

@@ -46,6 +46,7 @@ from ._network import (
     log_posterior,
     log_posterior_and_grad,
     log_posterior_gradient,
+    network_outputs,
     prior_precision_vector,
     step_scales,
 )
@@ -206,7 +207,7 @@ class NetworkPosterior:
 
     def train_outputs(self, theta):
         """Network outputs at the training inputs, (n_chains, n_samples, n_outputs)."""
-        return forward(theta, self.X, self.layout).outputs
+        return network_outputs(theta, self.X, self.layout)
 
     def initial_state(self, random_state, n_chains):
         """Precisions at their prior means, little noise, weights from the prior.
@@ -307,11 +308,17 @@ def _update_precisions(state, posterior, tuning, random_state):
     """
     layout, X_aug_t, Y = posterior.layout, posterior.X_augmented_T, posterior.Y
     weights, theta = posterior.sample_weight, state.theta
-    residual = Y - posterior.train_outputs(theta)
+    # One forward pass serves the Gibbs step and both rescaling moves.
+    network = forward(theta, None, layout, X_augmented_T=X_aug_t)
     groups, noise = gibbs_precisions(
-        theta, residual, layout, posterior.prior, random_state, weights
+        theta,
+        Y - network.outputs_by_sample(),
+        layout,
+        posterior.prior,
+        random_state,
+        weights,
     )
-    theta, groups, group_accept = rescale_groups(
+    theta, groups, group_accept, network = rescale_groups(
         theta,
         groups,
         noise,
@@ -322,6 +329,7 @@ def _update_precisions(state, posterior, tuning, random_state):
         tuning.group_sd,
         random_state,
         weights,
+        activations=network,
     )
     precision = prior_precision_vector(groups, layout)
     theta, unit_accept = rescale_units(
@@ -334,6 +342,7 @@ def _update_precisions(state, posterior, tuning, random_state):
         tuning.unit_sd,
         random_state,
         weights,
+        activations=network,
     )
     log_prob, grad = posterior.target(noise, groups)(theta)
     state = state._replace(

@@ -19,7 +19,7 @@ from .._parallel import N_JOBS_CONSTRAINT, draw_seeds
 from .._progress import CallbackSupportMixin, fit_progress
 from ._chains import ANNEAL_AUTO_ROWS, MIN_DRAWS, ChainSettings, sample_chains
 from ._diagnostics import effective_sample_size, split_rhat
-from ._network import HyperPrior, NetworkLayout, forward
+from ._network import HyperPrior, NetworkLayout, network_outputs
 from ._transition import NetworkPosterior
 
 __all__ = ["HMCNetworkRegressor"]
@@ -738,7 +738,7 @@ class HMCNetworkRegressor(
     def _standardised_outputs(self, X):
         """Network outputs of every draw, (n_draws, n_rows, n_outputs), standardised."""
         Xs = self._x_scaler.transform(X)
-        return forward(self.parameter_draws_, Xs, self._layout).outputs
+        return network_outputs(self.parameter_draws_, Xs, self._layout)
 
     def _draw_outputs(self, X):
         """Network outputs of every draw, (n_draws, n_rows, n_outputs), target units."""
@@ -894,7 +894,7 @@ class HMCNetworkRegressor(
         block = _row_block(n_samples, self._layout)
         for start in range(0, n_rows, block):
             rows = slice(start, start + block)
-            samples[:, rows] += forward(theta, Xs[rows], self._layout).outputs
+            samples[:, rows] += network_outputs(theta, Xs[rows], self._layout)
         samples = self._y_scaler.inverse_mean(samples)  # (n_samples, n_X, m)
         return self._like_y(samples.transpose(1, 2, 0))
 

@@ -120,6 +120,11 @@ def test_return_std_is_the_noise_level(estimator, noise):
     X = rng.random_sample((50, 5))
     y = X @ w + 1.0 + noise * rng.randn(50)
     X_test = rng.random_sample((10, 5))
+    if _is_hmc(estimator) and noise >= 0.05:
+        # With 100 draws of two chains one test point's sd strays with the
+        # chains (at noise 0.1, over eight seeds, the largest deviation from
+        # BayesianRidge's was 12-40%); with 400 it was 14-24%.
+        estimator = clone(estimator).set_params(n_samples=400, n_warmup=200)
     model = _fit(estimator, X, y)
     _, std = model.predict(X_test, return_std=True)
     _, peer_std = BayesianRidge().fit(X, y).predict(X_test, return_std=True)
