@@ -2,13 +2,15 @@
 
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import special, stats
 
 from sklearn_meanfield.hmc._diagnostics import (
     _RANK_BLOCK,
     effective_sample_size,
     pooled_ranks,
     rank_normalize,
+    rhat_and_bulk_ess,
+    split_chains,
     split_rhat,
 )
 
@@ -83,6 +85,21 @@ def test_rank_normalize_gives_normal_scores():
     assert z.std() == pytest.approx(1.0, abs=0.01)
 
 
+def test_rank_normalize_is_the_normal_score_of_scipys_average_ranks():
+    # Eq. 14 of Vehtari et al. (2021) with scipy's ranks, ties (repeated
+    # draws of rejected proposals) and a column with a NaN included.
+    rng = np.random.RandomState(5)
+    draws = rng.normal(size=(3, 40, 4))
+    draws[:, ::3, 1] = 0.25
+    draws[:, :, 2] = np.round(draws[:, :, 2])
+    draws[1, 7, 3] = np.nan
+    pooled = draws.reshape(120, 4)
+    ranks = stats.rankdata(pooled, axis=0, nan_policy="omit")
+    expected = special.ndtri((ranks - 0.375) / (120 + 0.25)).reshape(draws.shape)
+    expected[:, :, 3] = np.nan
+    np.testing.assert_array_equal(rank_normalize(draws), expected)
+
+
 def test_constant_draws_do_not_produce_nan():
     draws = np.ones((3, 50, 2))
     draws[:, :, 1] = np.arange(3)[:, None]  # constant but different per chain
@@ -110,3 +127,62 @@ def test_pooled_ranks_are_scipys_average_ranks():
     np.testing.assert_array_equal(
         pooled_ranks(values[:, 10:11]), stats.rankdata(values[:, 10:11], axis=0)
     )
+
+
+def _direct_ess(x):
+    """ESS of one quantity's (n_chains, n) draws from lag sums, term by term."""
+    n_chains, n = x.shape
+    centred = x - x.mean(axis=1, keepdims=True)
+    acov = np.array(
+        [[np.dot(c[: n - t], c[t:]) / n for t in range(n)] for c in centred]
+    )
+    within = np.mean(acov[:, 0] * n / (n - 1))
+    pooled = (n - 1) / n * within + x.mean(axis=1).var(ddof=1)
+    if not pooled > 0:
+        return float(n_chains * n)
+    rho = 1.0 - (within - acov.mean(axis=0)) / pooled
+    rho[0] = 1.0
+    tau, smallest = -1.0, np.inf
+    for t in range(n // 2):
+        pair = rho[2 * t] + rho[2 * t + 1]
+        if pair < 0:
+            break
+        smallest = min(smallest, pair)
+        tau += 2.0 * smallest
+    total = n_chains * n
+    return total / max(tau, 1.0 / np.log10(total))
+
+
+@pytest.mark.parametrize("block_bytes", [None, 1])
+def test_ess_of_many_quantities_matches_the_direct_sums(monkeypatch, block_bytes):
+    # All quantities at once (in blocks, or one by one) against the lag sums
+    # of each: positively and negatively correlated chains, chains of
+    # different means, and a constant quantity.
+    from sklearn_meanfield.hmc import _diagnostics
+
+    if block_bytes is not None:
+        monkeypatch.setattr(_diagnostics, "_ESS_BLOCK_BYTES", block_bytes)
+    rng = np.random.RandomState(1)
+    draws = np.concatenate(
+        [
+            ar1(0.8, 3, 61, n_quantities=2),
+            ar1(-0.6, 3, 61, n_quantities=2, seed=2),
+            rng.normal(size=(3, 61, 2)) + np.arange(3)[:, None, None],
+            np.full((3, 61, 1), 2.5),
+        ],
+        axis=2,
+    )
+    expected = [_direct_ess(draws[:, :, j]) for j in range(draws.shape[2])]
+    ess = effective_sample_size(draws, method="basic")
+    np.testing.assert_allclose(ess, expected, rtol=1e-10)
+    assert ess[-1] == 3 * 61 and ess[2] > 3 * 61  # constant; antithetic
+    scores = rank_normalize(split_chains(draws))
+    expected = [_direct_ess(scores[:, :, j]) for j in range(draws.shape[2])]
+    np.testing.assert_allclose(effective_sample_size(draws), expected, rtol=1e-10)
+
+
+def test_rhat_and_bulk_ess_equal_the_separate_diagnostics():
+    draws = ar1(0.7, 4, 200, n_quantities=5) + np.arange(4)[:, None, None] * 0.1
+    rhat, ess = rhat_and_bulk_ess(draws)
+    np.testing.assert_array_equal(rhat, split_rhat(draws))
+    np.testing.assert_array_equal(ess, effective_sample_size(draws))

@@ -16,7 +16,13 @@ Geyer, C. J. (1992). Practical Markov chain Monte Carlo. Statistical Science,
 import numpy as np
 from scipy.special import ndtri
 
-__all__ = ["effective_sample_size", "rank_normalize", "split_chains", "split_rhat"]
+__all__ = [
+    "effective_sample_size",
+    "rank_normalize",
+    "rhat_and_bulk_ess",
+    "split_chains",
+    "split_rhat",
+]
 
 
 def _as_3d(draws):
@@ -83,8 +89,15 @@ def pooled_ranks(values):
     >>> pooled_ranks(np.array([[3.0], [1.0], [3.0], [2.0]]))[:, 0]
     array([3.5, 1. , 3.5, 2. ])
     """
+    return _ranked(values, lambda first_plus_last: 0.5 * first_plus_last + 1.0)
+
+
+def _ranked(values, of_ranks):
+    """``of_ranks(2 r - 2)`` for the average rank ``r`` of every value in its
+    column (an integer array: the first plus the last sorted position of its
+    group of ties), block by block; NaN for a column with a NaN."""
     n, n_columns = values.shape
-    ranks = np.empty((n, n_columns))
+    result = np.empty((n, n_columns))
     position = np.arange(n)
     for lo in range(0, n_columns, _RANK_BLOCK):
         block = np.ascontiguousarray(values[:, lo : lo + _RANK_BLOCK].T)
@@ -98,11 +111,11 @@ def pooled_ranks(values):
         last = np.tile(position, (len(block), 1))
         last[:, :-1][tied_to_next] = n - 1
         last = np.minimum.accumulate(last[:, ::-1], axis=1)[:, ::-1]
-        block_ranks = np.empty(block.shape)
-        np.put_along_axis(block_ranks, order, 0.5 * (first + last) + 1.0, axis=1)
-        block_ranks[np.isnan(block).any(axis=1)] = np.nan
-        ranks[:, lo : lo + _RANK_BLOCK] = block_ranks.T
-    return ranks
+        block_result = np.empty(block.shape)
+        np.put_along_axis(block_result, order, of_ranks(first + last), axis=1)
+        block_result[np.isnan(block).any(axis=1)] = np.nan
+        result[:, lo : lo + _RANK_BLOCK] = block_result.T
+    return result
 
 
 def rank_normalize(draws):
@@ -131,8 +144,11 @@ def rank_normalize(draws):
     draws = _as_3d(draws)
     n_chains, n_draws, n_quantities = draws.shape
     size = n_chains * n_draws
-    ranks = pooled_ranks(draws.reshape(size, n_quantities))
-    return ndtri((ranks - 0.375) / (size + 0.25)).reshape(draws.shape)
+    # Average ranks are multiples of 1/2 from 1 to S: look their 2S - 1
+    # possible scores up rather than evaluate Phi^-1 at every draw.
+    scores = ndtri((1.0 + 0.5 * np.arange(2 * size - 1) - 0.375) / (size + 0.25))
+    z = _ranked(draws.reshape(size, n_quantities), scores.__getitem__)
+    return z.reshape(draws.shape)
 
 
 def _rhat(draws):
@@ -175,23 +191,72 @@ def split_rhat(draws):
     >>> bool(np.all(split_rhat(draws) < 1.01))
     True
     """
+    return _split_rhat_and_normal_scores(draws)[0]
+
+
+def _split_rhat_and_normal_scores(draws):
+    """Split R-hat, and the normal scores of the split chains it ranked."""
     draws = _as_3d(draws)
     if draws.shape[1] < 4:
         raise ValueError(f"split_rhat needs at least 4 draws, got {draws.shape[1]}.")
     split = split_chains(draws)
-    bulk = _rhat(rank_normalize(split))
+    scores = rank_normalize(split)
+    bulk = _rhat(scores)
     folded = np.abs(split - np.median(split.reshape(-1, split.shape[2]), axis=0))
     tail = _rhat(rank_normalize(folded))
-    return np.maximum(bulk, tail)
+    return np.maximum(bulk, tail), scores
+
+
+def rhat_and_bulk_ess(draws):
+    """:func:`split_rhat` and the bulk :func:`effective_sample_size` together.
+
+    Both start from the normal scores of the split chains' pooled ranks; this
+    ranks them once, which is most of the cost of either.
+
+    Parameters
+    ----------
+    draws : array-like of shape (n_chains, n_draws, n_quantities)
+        At least 4 draws per chain.
+
+    Returns
+    -------
+    rhat, ess : ndarray of shape (n_quantities,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._diagnostics import (
+    ...     effective_sample_size, rhat_and_bulk_ess, split_rhat)
+    >>> draws = np.random.RandomState(0).normal(size=(4, 100, 3))
+    >>> rhat, ess = rhat_and_bulk_ess(draws)
+    >>> bool(np.all(rhat == split_rhat(draws))
+    ...      and np.all(ess == effective_sample_size(draws)))
+    True
+    """
+    rhat, scores = _split_rhat_and_normal_scores(draws)
+    return rhat, _ess(scores)
+
+
+# Quantities whose autocovariances are computed together: a block's spectra
+# take about this many bytes, which keeps them in a core's cache (8 quantities
+# of 4 chains x 1000 draws; the ESS of 5000 such quantities took 1.25 s one by
+# one, 0.57 s in blocks of 8, 1.2 s in blocks of 16).
+_ESS_BLOCK_BYTES = 1 << 19
+
+
+def _fft_size(n):
+    """The power of two an autocovariance of ``n`` draws is padded to."""
+    return 2 ** int(np.ceil(np.log2(2 * n)))
 
 
 def _autocovariance(x):
-    """Autocovariance along axis 1 by FFT, normalised by the number of draws."""
-    n = x.shape[1]
-    centred = x - x.mean(axis=1, keepdims=True)
-    size = 2 ** int(np.ceil(np.log2(2 * n)))
-    spectrum = np.fft.rfft(centred, n=size, axis=1)
-    return np.fft.irfft(spectrum * np.conj(spectrum), n=size, axis=1)[:, :n] / n
+    """Autocovariance along the last axis by FFT, normalised by its length."""
+    n = x.shape[-1]
+    centred = x - x.mean(axis=-1, keepdims=True)
+    size = _fft_size(n)
+    spectrum = np.fft.rfft(centred, n=size, axis=-1)
+    spectrum *= np.conj(spectrum)
+    return np.fft.irfft(spectrum, n=size, axis=-1)[..., :n] / n
 
 
 def effective_sample_size(draws, method="bulk"):
@@ -226,32 +291,46 @@ def effective_sample_size(draws, method="bulk"):
         draws = rank_normalize(split_chains(draws))
     elif method != "basic":
         raise ValueError(f"method must be 'bulk' or 'basic', got {method!r}.")
+    return _ess(draws)
+
+
+def _ess(draws):
+    """Effective sample size of (n_chains, n, n_quantities) draws as given."""
     n_chains, n, n_quantities = draws.shape
     if n < 4:
         return np.full(n_quantities, float(n_chains * n))
     ess = np.empty(n_quantities)
-    for j in range(n_quantities):
-        x = draws[:, :, j]
-        acov = _autocovariance(x)  # (n_chains, n)
-        chain_var = acov[:, 0] * n / (n - 1)
-        within = chain_var.mean()
-        pooled = (n - 1) / n * within
-        if n_chains > 1:
-            pooled += x.mean(axis=1).var(ddof=1)
-        if not pooled > 0:
-            ess[j] = float(n_chains * n)
-            continue
-        rho = 1.0 - (within - acov.mean(axis=0)) / pooled
-        rho[0] = 1.0
-        # Geyer: sums of pairs (rho_2t + rho_2t+1) positive and non-increasing.
-        n_pairs = n // 2
-        pairs = rho[0 : 2 * n_pairs : 2] + rho[1 : 2 * n_pairs : 2]
-        negative = np.flatnonzero(pairs < 0)
-        if negative.size:
-            pairs = pairs[: negative[0]]
-        pairs = np.minimum.accumulate(pairs)
-        tau = -1.0 + 2.0 * np.sum(pairs)
-        # Antithetic chains may give tau < 1; bound ESS by S log10(S) as Stan does.
-        total = n_chains * n
-        ess[j] = total / max(tau, 1.0 / np.log10(max(total, 10)))
+    spectrum_bytes = n_chains * (_fft_size(n) // 2 + 1) * 16
+    block = max(1, _ESS_BLOCK_BYTES // spectrum_bytes)
+    for lo in range(0, n_quantities, block):
+        # One quantity's chains per contiguous row block: (q, n_chains, n).
+        x = np.ascontiguousarray(draws[:, :, lo : lo + block].transpose(2, 0, 1))
+        ess[lo : lo + block] = _ess_of_rows(x)
     return ess
+
+
+def _ess_of_rows(x):
+    """Effective sample size of every quantity of (n_quantities, n_chains, n)."""
+    n_quantities, n_chains, n = x.shape
+    acov = _autocovariance(x)  # (q, n_chains, n)
+    within = (acov[:, :, 0] * n / (n - 1)).mean(axis=1)
+    pooled = (n - 1) / n * within
+    if n_chains > 1:
+        pooled += x.mean(axis=2).var(axis=1, ddof=1)
+    usable = pooled > 0
+    safe = np.where(usable, pooled, 1.0)
+    rho = 1.0 - (within[:, None] - acov.mean(axis=1)) / safe[:, None]
+    rho[:, 0] = 1.0
+    # Geyer: sums of pairs (rho_2t + rho_2t+1) positive and non-increasing,
+    # up to the first negative one.
+    n_pairs = n // 2
+    pairs = rho[:, 0 : 2 * n_pairs : 2] + rho[:, 1 : 2 * n_pairs : 2]
+    negative = pairs < 0
+    first_negative = np.where(negative.any(axis=1), negative.argmax(axis=1), n_pairs)
+    kept = np.arange(n_pairs) < first_negative[:, None]
+    pairs = np.minimum.accumulate(pairs, axis=1)
+    tau = -1.0 + 2.0 * np.sum(pairs, axis=1, where=kept)
+    # Antithetic chains may give tau < 1; bound ESS by S log10(S) as Stan does.
+    total = n_chains * n
+    tau = np.maximum(tau, 1.0 / np.log10(max(total, 10)))
+    return np.where(usable, total / tau, float(total))

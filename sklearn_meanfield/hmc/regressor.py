@@ -5,7 +5,6 @@ from numbers import Integral, Real
 from typing import NamedTuple
 
 import numpy as np
-from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
@@ -13,12 +12,12 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import StandardizedRegressorMixin, atomic_fit
-from .._loo import psis_smooth
+from .._loo import log_sum_exp, psis_smooth
 from .._memory import check_memory
 from .._parallel import N_JOBS_CONSTRAINT, draw_seeds
 from .._progress import CallbackSupportMixin, fit_progress
 from ._chains import ANNEAL_AUTO_ROWS, MIN_DRAWS, ChainSettings, sample_chains
-from ._diagnostics import effective_sample_size, split_rhat
+from ._diagnostics import effective_sample_size, rhat_and_bulk_ess
 from ._network import HyperPrior, NetworkLayout, network_outputs
 from ._transition import NetworkPosterior
 
@@ -137,9 +136,8 @@ def _check_convergence(
         ],
         axis=2,
     ).transpose(1, 0, 2)
-    rhat_all = split_rhat(monitored)
-    rhat = float(np.max(rhat_all))
-    ess = float(np.min(effective_sample_size(monitored)))
+    rhat_all, ess_all = rhat_and_bulk_ess(monitored)
+    rhat, ess = float(np.max(rhat_all)), float(np.min(ess_all))
     if rhat > 1.05:
         n_pred, n_noise = outputs.shape[2] * outputs.shape[3], outputs.shape[3]
         worst = int(np.argmax(rhat_all))
@@ -254,7 +252,7 @@ def _leave_one_out(draws, Ys, y, sample_weight, y_scaler, constant):
         -part.reshape(n_draws, -1), r_eff=r_eff
     )
     loglik = loglik.reshape(n_draws, n_train)
-    log_density = logsumexp(log_weights + loglik, axis=0)
+    log_density = log_sum_exp(log_weights + loglik, axis=0)
     prediction = np.einsum(
         "sn,snm->nm",
         np.exp(log_weights),
