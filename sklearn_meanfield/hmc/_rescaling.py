@@ -102,7 +102,11 @@ def _group_scaled(state, g, factor, X_augmented_T, layout, theta):
     rows = layout.input_group_rows()
     factor = factor[:, None, None]
     if g < len(rows):
-        part = np.matmul(v1[:, rows[g], :].transpose(0, 2, 1), X_augmented_T[rows[g]])
+        weights = v1[:, rows[g], :].transpose(0, 2, 1)
+        if len(rows[g]) == 1:  # an outer product: faster as a broadcast
+            part = weights * X_augmented_T[rows[g][0]]
+        else:
+            part = np.matmul(weights, X_augmented_T[rows[g]])
         part *= factor
         part += state.pre
         return _output_layer(part, w2, b2)
@@ -114,14 +118,16 @@ def _group_scaled(state, g, factor, X_augmented_T, layout, theta):
 
 
 def _select(accepted, proposal, state):
-    """Per chain, the proposal where accepted, else the current state."""
-    keep = accepted[:, None, None]
-    return Activations(
-        *(
-            old if new is old else np.where(keep, new, old)
-            for new, old in zip(proposal, state)
-        )
-    )
+    """Per chain, the proposal where accepted, else the current state.
+
+    The rejecting chains' rows are copied into the proposal's own arrays
+    (those it shares with the state already hold them).
+    """
+    for new, old in zip(proposal, state):
+        if new is not old:
+            for chain in np.flatnonzero(~accepted):
+                new[chain] = old[chain]
+    return proposal
 
 
 def rescale_groups(
