@@ -14,7 +14,8 @@ predictions), the smallest bulk ESS over the test predictions, ESS/s, the
 largest split R-hat over test predictions and log hyperparameters, whether
 our fit warned, and the ratios ours / NUTS of ESS/s and MSE.
 
-Usage: ``python benchmarks/bench_hmc_numpyro.py [--quick] [--sizes 200 1000]``
+Usage: ``python benchmarks/bench_hmc_numpyro.py [--quick] [--sizes 200 1000]
+[--seeds 0 1 2]``
 (``python -m benchmarks --only bench_hmc_numpyro --merge`` writes its section
 of RESULTS.md).  NumPyro and JAX are optional (``pip install numpyro jax``):
 without them only our estimator runs.  Both sides get the machine's 2 cores
@@ -508,6 +509,15 @@ def main(argv=None):
         help="which problems to run (default: all)",
     )
     parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="random_state of ours and PRNG key of NUTS; with several, one row "
+        "per seed and the median ESS/s ratio per problem (the smallest ESS "
+        "over the test points varies much from seed to seed)",
+    )
+    parser.add_argument(
         "--noncentred",
         action="store_true",
         help="also run NUTS on the non-centred parameterisation (same posterior)",
@@ -540,23 +550,36 @@ def main(argv=None):
         assert np.allclose(Standardizer(Y).transform(Y), Ys)
         layout = NetworkLayout(X.shape[1], n_hidden, Y.shape[1], ard=True)
         model_agreement(Xs, Ys, layout, HyperPrior())
-        results = []
-        for sampler in samplers:
-            result = run_ours(X, y, X_test, y_test, n_hidden, sampler, args.quick)
-            results.append(result)
-            print("  ", results[-1], flush=True)
-        if HAVE_NUMPYRO:
-            if args.noncentred:
-                result = run_nuts(
-                    X, y, X_test, y_test, n_hidden, args.quick, noncentred=True
+        for seed in args.seeds:
+            results = []
+            for sampler in samplers:
+                result = run_ours(
+                    X, y, X_test, y_test, n_hidden, sampler, args.quick, seed=seed
                 )
                 results.append(result)
-                print("  ", result, flush=True)
-            # The centred NUTS (the same parameterisation as ours) comes last:
-            # the ratios are against it.
-            results.append(run_nuts(X, y, X_test, y_test, n_hidden, args.quick))
-            print("  ", results[-1], flush=True)
-        rows.append((label, results))
+                print("  ", results[-1], flush=True)
+            if HAVE_NUMPYRO:
+                if args.noncentred:
+                    result = run_nuts(
+                        X,
+                        y,
+                        X_test,
+                        y_test,
+                        n_hidden,
+                        args.quick,
+                        seed=seed,
+                        noncentred=True,
+                    )
+                    results.append(result)
+                    print("  ", result, flush=True)
+                # The centred NUTS (the same parameterisation as ours) comes
+                # last: the ratios are against it.
+                results.append(
+                    run_nuts(X, y, X_test, y_test, n_hidden, args.quick, seed=seed)
+                )
+                print("  ", results[-1], flush=True)
+            seeded = label if len(args.seeds) == 1 else f"{label} s{seed}"
+            rows.append((seeded, label, results))
 
     print(
         "\nMin bulk ESS over the test predictions (chains kept apart), ESS/s over "
@@ -572,12 +595,15 @@ def main(argv=None):
     )
     print(header)
     print("-" * len(header))
-    for label, results in rows:
+    ratios = {}
+    for label, problem, results in rows:
         nuts = results[-1] if results[-1]["name"].startswith("NUTS") else None
         for r in results:
             ess_s = r["ess"] / r["seconds"]
             if nuts is not None and r["name"].startswith("ours"):
-                ratio_ess = f"{ess_s / (nuts['ess'] / nuts['seconds']):8.2f}"
+                ratio = ess_s / (nuts["ess"] / nuts["seconds"])
+                ratios.setdefault((problem, r["name"]), []).append(ratio)
+                ratio_ess = f"{ratio:8.2f}"
                 ratio_mse = f"{r['mse'] / nuts['mse']:6.3f}"
             else:
                 ratio_ess, ratio_mse = f"{'':8s}", f"{'':6s}"
@@ -587,6 +613,13 @@ def main(argv=None):
                 f"{r['ess']:8.0f} {ess_s:7.2f} {r['rhat']:6.3f} {own:>6s} "
                 f"{r['warned']:>8s} {ratio_ess} {ratio_mse} {r['load']:5.2f}  "
                 f"{r['detail']}"
+            )
+    if len(args.seeds) > 1:
+        print(f"\nESS/s ours / NUTS over seeds {args.seeds} (same seed on both sides)")
+        for (problem, name), values in ratios.items():
+            print(
+                f"{problem:18s} {name:16s} median {np.median(values):.2f}, "
+                f"range {min(values):.2f}-{max(values):.2f}"
             )
     print()
     print(environment_line("end"))
