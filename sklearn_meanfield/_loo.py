@@ -122,10 +122,7 @@ def gpd_fit(x):
     # paper's k, i.e. already the shape of the parametrisation above).
     k_theta = np.log1p(-theta[:, None] * x[None, :]).mean(axis=1)
     log_lik = n * (np.log(-theta / k_theta) - k_theta - 1.0)
-    # Normalised exp(log_lik), written out: scipy's logsumexp costs more than
-    # the rest of the fit on a PSIS tail (it is called once per data point).
-    weights = np.exp(log_lik - log_lik.max())
-    weights /= weights.sum()
+    weights = np.exp(log_lik - log_sum_exp(log_lik, axis=0))
     theta_hat = np.sum(theta * weights)
     k = np.log1p(-theta_hat * x).mean()
     sigma = -k / theta_hat

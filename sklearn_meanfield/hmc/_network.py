@@ -245,12 +245,18 @@ class Activations(NamedTuple):
 
 
 def _output_layer(pre, w2, b2):
-    """The network from the hidden pre-activations on: the one tanh layer and
-    output layer every evaluation of the network goes through."""
+    """The network from the hidden pre-activations on: the tanh layer and the
+    output layer, keeping the pre-activations."""
     hidden = _tanh(pre)
+    return Activations(_outputs_of_hidden(hidden, w2, b2), hidden, pre)
+
+
+def _outputs_of_hidden(hidden, w2, b2):
+    """The output layer ``W2^T Z + b2``, samples last: the one every
+    evaluation of the network goes through."""
     outputs = np.matmul(w2.transpose(0, 2, 1), hidden)
     outputs += b2[:, :, None]
-    return Activations(outputs, hidden, pre)
+    return outputs
 
 
 def _augmented_forward(views, X_augmented_T):
@@ -350,8 +356,7 @@ def _weighted_residual(views, X_augmented_T, Y, noise_precision, sample_weight):
     # The tanh's factor -2 goes into the weights: the pre-activations
     # themselves are not needed here.
     hidden = _tanh_of_scaled(_input_product(v1, X_augmented_T, factor=-2.0))
-    outputs = np.matmul(w2.transpose(0, 2, 1), hidden)
-    outputs += b2[:, :, None]
+    outputs = _outputs_of_hidden(hidden, w2, b2)
     residual = np.subtract(Y.T, outputs, out=outputs)
     weighted = residual * noise_precision[:, :, None]
     if sample_weight is not None:
@@ -363,8 +368,7 @@ def _likelihood_gradient(views, hidden, weighted, X_augmented_T, layout):
     """Backward pass: the gradient of the log likelihood, (n_chains, n_params).
 
     It takes the matrix products ``W2 R`` (a broadcast for one output),
-    ``[X, 1]^T dA^T`` and ``Z R^T``, samples on
-    the last axis throughout.
+    ``[X, 1]^T dA^T`` and ``Z R^T``, samples on the last axis throughout.
     """
     blocks = layout.augmented
     n_chains = hidden.shape[0]

@@ -305,8 +305,9 @@ def rescale_units(
     lam_in, lam_out, _ = layout.augmented.unpack(prior_precision)
     if activations is None:
         outputs, hidden, pre = forward(theta, None, layout, X_augmented_T=X_augmented_T)
-    else:  # updated row by row below
-        outputs, hidden, pre = (array.copy() for array in activations)
+    else:  # hidden and pre are updated in place, row by row, below
+        outputs, hidden, pre = activations
+        hidden, pre = hidden.copy(), pre.copy()
     sweep = _Sweep(outputs, Y, noise_precision, sample_weight)
     sweep.draw(random_state, proposal_sd, (theta.shape[0], h))
     for unit in range(h):
