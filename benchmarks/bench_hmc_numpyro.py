@@ -15,7 +15,9 @@ largest split R-hat over test predictions and log hyperparameters, whether
 our fit warned, and the ratios ours / NUTS of ESS/s and MSE.
 
 Usage: ``python benchmarks/bench_hmc_numpyro.py [--quick] [--sizes 200 1000]
-[--seeds 0 1 2]``
+[--seeds 0 1 2] [--samplers hmc] [--temperatures 8] [--no-nuts]``
+(``--temperatures`` adds rows of our default sampler with replica exchange,
+``n_temperatures`` as given, and the range of its exchange acceptance)
 (``python -m benchmarks --only bench_hmc_numpyro --merge`` writes its section
 of RESULTS.md).  NumPyro and JAX are optional (``pip install numpyro jax``):
 without them only our estimator runs.  Both sides get the machine's 2 cores
@@ -352,10 +354,12 @@ def _leapfrog_detail(est):
     return text
 
 
-def run_ours(X, y, X_test, y_test, n_hidden, sampler, quick, seed=0):
+def run_ours(X, y, X_test, y_test, n_hidden, sampler, quick, seed=0, n_temperatures=1):
     kwargs = dict(hidden_layer_size=n_hidden, n_jobs=N_CORES, random_state=seed)
     if sampler is not None:
         kwargs["sampler"] = sampler
+    if n_temperatures > 1:
+        kwargs["n_temperatures"] = n_temperatures
     if quick:
         kwargs.update(n_samples=100, n_warmup=100)
     est = HMCNetworkRegressor(**kwargs)
@@ -391,6 +395,11 @@ def run_ours(X, y, X_test, y_test, n_hidden, sampler, quick, seed=0):
     ).reshape(n_chains, preds.shape[1], -1)
     mean = draws.mean(axis=0)
     name = "ours" if sampler is None else f"ours[{sampler}]"
+    detail = ""
+    if n_temperatures > 1:
+        name = name.rstrip("]") + f",T{n_temperatures}]"
+        exchange = est.exchange_acceptance_.mean(axis=0)
+        detail = f", exchange {exchange.min():.2f}-{exchange.max():.2f}"
     return dict(
         name=name,
         mse=float(np.mean((y_test.reshape(mean.shape) - mean) ** 2)),
@@ -400,7 +409,7 @@ def run_ours(X, y, X_test, y_test, n_hidden, sampler, quick, seed=0):
         own_rhat=est.rhat_,
         warned=",".join(kinds) or "-",
         detail=f"accept {np.mean(est.acceptance_rate_):.2f}, "
-        f"divergent {int(np.sum(est.n_divergent_))}" + _leapfrog_detail(est),
+        f"divergent {int(np.sum(est.n_divergent_))}" + _leapfrog_detail(est) + detail,
         load=load,
     )
 
@@ -518,6 +527,25 @@ def main(argv=None):
         "over the test points varies much from seed to seed)",
     )
     parser.add_argument(
+        "--samplers",
+        nargs="+",
+        default=None,
+        help="our samplers to run (default: all, the default one first)",
+    )
+    parser.add_argument(
+        "--temperatures",
+        type=int,
+        nargs="+",
+        default=[],
+        help="also run our default sampler with replica exchange at these "
+        "n_temperatures",
+    )
+    parser.add_argument(
+        "--no-nuts",
+        action="store_true",
+        help="skip NumPyro even when installed (ours only)",
+    )
+    parser.add_argument(
         "--noncentred",
         action="store_true",
         help="also run NUTS on the non-centred parameterisation (same posterior)",
@@ -525,6 +553,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     print(environment_line("start"))
     samplers = sampler_options()
+    if args.samplers is not None:
+        samplers = [s for s in samplers if s in args.samplers]
+    run_nuts_too = HAVE_NUMPYRO and not args.no_nuts
     print(
         f"our samplers: {samplers if samplers != [None] else 'one (no sampler param)'}"
     )
@@ -558,7 +589,21 @@ def main(argv=None):
                 )
                 results.append(result)
                 print("  ", results[-1], flush=True)
-            if HAVE_NUMPYRO:
+            for n_temperatures in args.temperatures:
+                result = run_ours(
+                    X,
+                    y,
+                    X_test,
+                    y_test,
+                    n_hidden,
+                    samplers[0],
+                    args.quick,
+                    seed=seed,
+                    n_temperatures=n_temperatures,
+                )
+                results.append(result)
+                print("  ", results[-1], flush=True)
+            if run_nuts_too:
                 if args.noncentred:
                     result = run_nuts(
                         X,

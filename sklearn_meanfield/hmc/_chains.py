@@ -21,6 +21,7 @@ from joblib import effective_n_jobs
 from .._parallel import run_parallel
 from .._progress import ProgressReporter
 from ._sampler import _resolve_estimator, metric_windows
+from ._tempering import ReplicaExchange
 from ._transition import WarmupAdaptation, transition
 
 __all__ = [
@@ -108,7 +109,18 @@ class ChainRandom:
     """
 
     def __init__(self, seeds):
-        self.generators = [np.random.default_rng(int(s)) for s in seeds]
+        self.generators = [
+            np.random.default_rng(
+                s if isinstance(s, np.random.SeedSequence) else int(s)
+            )
+            for s in seeds
+        ]
+
+    @classmethod
+    def child(cls, seeds, key):
+        """Generators independent of ``ChainRandom(seeds)``, one per chain:
+        chain ``c``'s from ``SeedSequence(seeds[c], spawn_key=(key,))``."""
+        return cls([np.random.SeedSequence(int(s), spawn_key=(key,)) for s in seeds])
 
     def standard_normal(self, size):
         return np.stack([g.standard_normal(size[1:]) for g in self.generators])
@@ -160,6 +172,12 @@ class ChainSettings:
         True: ``"fisher"``).
     anneal : bool, default=False
         Anneal the likelihood during warm-up (:meth:`inverse_temperature`).
+    inverse_temperatures : tuple of float, default=(1.0,)
+        With more than one, every chain runs a replica at each of these
+        powers of the likelihood (decreasing, the first 1), which exchange
+        states after every iteration
+        (:class:`~sklearn_meanfield.hmc._tempering.ReplicaExchange`); the
+        draws are those of the first.
     """
 
     n_samples: int
@@ -172,6 +190,7 @@ class ChainSettings:
     max_leapfrog: int = 1000
     adapt_mass_matrix: object = False
     anneal: bool = False
+    inverse_temperatures: tuple = (1.0,)
 
     @property
     def n_fixed(self):
@@ -290,6 +309,9 @@ class ChainDraws(NamedTuple):
     metric: np.ndarray = None
     """The adapted diagonal metric as factors on Neal's step scales,
     (n_chains, n_params); ones when not adapted."""
+    exchange_rate: np.ndarray = None
+    """Acceptance of the replica exchanges after warm-up between neighbouring
+    temperatures, (n_chains, n_temperatures - 1); None with one temperature."""
 
 
 class _Trace(NamedTuple):
@@ -353,7 +375,9 @@ class _DrawRecorder:
         self.draws.store(draw, state, info)
         self.train_outputs[draw] = self.posterior.train_outputs(state.theta)
 
-    def result(self, n_iterations, step_size, trajectory_length, metric):
+    def result(
+        self, n_iterations, step_size, trajectory_length, metric, exchange_rate=None
+    ):
         """The draws after ``n_iterations`` iterations."""
         stopped_in_warmup = n_iterations <= self.n_warmup
         if stopped_in_warmup:
@@ -380,6 +404,7 @@ class _DrawRecorder:
             energy_error=trace.energy_error,
             trajectory_length=trajectory_length,
             metric=metric,
+            exchange_rate=exchange_rate,
         )
 
 
@@ -411,7 +436,13 @@ def run_chains(posterior, seeds, settings, on_iteration=None):
     length, and every iteration's number of leapfrog steps is jittered
     (:meth:`~sklearn_meanfield.hmc._transition.WarmupAdaptation.n_leapfrog`);
     with ``settings.adapt_mass_matrix`` so does a diagonal metric, in
-    Stan's windows (:meth:`ChainSettings.metric_windows`).
+    Stan's windows (:meth:`ChainSettings.metric_windows`).  With more than one
+    of ``settings.inverse_temperatures`` every chain runs a replica at each,
+    with its own generator and adaptation, and after every iteration from
+    the first that moves the precisions neighbouring replicas propose to
+    exchange states (:class:`~sklearn_meanfield.hmc._tempering.ReplicaExchange`);
+    replica 0, at the posterior itself, keeps the chain's generator and is
+    the one recorded.
 
     Parameters
     ----------
@@ -454,47 +485,75 @@ def run_chains(posterior, seeds, settings, on_iteration=None):
     >>> bool(np.all(out.accept_rate > 0.5))
     True
     """
-    random_state = ChainRandom(seeds)
-    n_chains = len(random_state.generators)
-    state = posterior.initial_state(random_state, n_chains)
-    adaptation = WarmupAdaptation(
-        posterior.layout,
-        n_chains,
-        step_size=settings.step_size,
-        target_accept=settings.target_accept,
-        trajectory_length=(
-            settings.n_leapfrog * settings.step_size
-            if settings.sampler == "chees"
-            else None
-        ),
-        max_leapfrog=settings.max_leapfrog,
-        metric_windows=settings.metric_windows(),
-        metric_estimator=settings.metric_estimator or "variance",
+    ladder = np.asarray(settings.inverse_temperatures, dtype=float)
+    n_chains = len(seeds)
+    # Replica 0 keeps the chains' own generators: one temperature is the
+    # plain sampler, draw for draw.
+    randoms = [ChainRandom(seeds)] + [
+        ChainRandom.child(seeds, k) for k in range(1, len(ladder))
+    ]
+    exchange = (
+        None
+        if len(ladder) == 1
+        else ReplicaExchange(
+            posterior, ladder, ChainRandom.child(seeds, 0), settings.n_warmup
+        )
     )
+    replica_posteriors = [posterior.tempered(beta) for beta in ladder]
+    states = [
+        replica.initial_state(random, n_chains)
+        for replica, random in zip(replica_posteriors, randoms)
+    ]
+    adaptations = [
+        WarmupAdaptation(
+            posterior.layout,
+            n_chains,
+            step_size=settings.step_size,
+            target_accept=settings.target_accept,
+            trajectory_length=(
+                settings.n_leapfrog * settings.step_size
+                if settings.sampler == "chees"
+                else None
+            ),
+            max_leapfrog=settings.max_leapfrog,
+            metric_windows=settings.metric_windows(),
+            metric_estimator=settings.metric_estimator or "variance",
+        )
+        for _ in ladder
+    ]
     recorder = _DrawRecorder(posterior, n_chains, settings)
     stop, n_warmup = False, settings.n_warmup
     anneal_end = settings.anneal_window[1]
     for iteration in range(n_warmup + settings.n_samples):
-        inverse_temperature = settings.inverse_temperature(
-            iteration, posterior.n_weighted
+        power = settings.inverse_temperature(iteration, posterior.n_weighted)
+        posteriors = (
+            replica_posteriors
+            if power == 1.0
+            else [posterior.tempered(power * beta) for beta in ladder]
         )
-        state, info = transition(
-            state,
-            posterior.tempered(inverse_temperature),
-            adaptation.tuning(),
-            random_state,
-            n_leapfrog=adaptation.n_leapfrog(iteration, settings.n_leapfrog),
-            persistence=settings.persistence,
-            update_precisions=iteration >= settings.n_fixed,
-        )
-        if iteration < n_warmup:
-            adaptation.update(info, state)
-            if iteration == anneal_end - 1 and anneal_end > settings.n_fixed:
-                # The step sizes of the tempered posteriors say little about
-                # the posterior's: dual averaging starts afresh from here.
-                adaptation.restart_step_size()
-            if iteration == n_warmup - 1:
-                adaptation.freeze()
+        infos = []
+        for k, adaptation in enumerate(adaptations):
+            states[k], info = transition(
+                states[k],
+                posteriors[k],
+                adaptation.tuning(),
+                randoms[k],
+                n_leapfrog=adaptation.n_leapfrog(iteration, settings.n_leapfrog),
+                persistence=settings.persistence,
+                update_precisions=iteration >= settings.n_fixed,
+            )
+            infos.append(info)
+            if iteration < n_warmup:
+                adaptation.update(info, states[k])
+                if iteration == anneal_end - 1 and anneal_end > settings.n_fixed:
+                    # The step sizes of the tempered posteriors say little
+                    # about the posterior's: dual averaging starts afresh.
+                    adaptation.restart_step_size()
+                if iteration == n_warmup - 1:
+                    adaptation.freeze()
+        if exchange is not None and iteration >= settings.n_fixed:
+            states = exchange(iteration, states, posteriors, power)
+        state, info = states[0], infos[0]
         recorder.record(iteration, state, info)
         if stop and iteration < n_warmup and _stop_now(iteration, settings):
             break  # asked for earlier in warm-up, before MIN_DRAWS states
@@ -502,6 +561,7 @@ def run_chains(posterior, seeds, settings, on_iteration=None):
             stop |= bool(on_iteration(iteration, state, info))
         if stop and _stop_now(iteration, settings):
             break
+    adaptation = adaptations[0]
     step_size = np.exp(adaptation.log_step_size)
     tuning = adaptation.tuning()
     trajectory_length = (
@@ -510,7 +570,11 @@ def run_chains(posterior, seeds, settings, on_iteration=None):
         else tuning.trajectory_length
     )
     return recorder.result(
-        iteration + 1, step_size, trajectory_length, adaptation.metric_factor()
+        iteration + 1,
+        step_size,
+        trajectory_length,
+        adaptation.metric_factor(),
+        exchange_rate=None if exchange is None else exchange.rates,
     )
 
 
@@ -622,6 +686,11 @@ def _join(results):
         **{name: joined([getattr(r, name) for r in results]) for name in stats},
         trajectory_length=np.concatenate([r.trajectory_length for r in results]),
         metric=np.concatenate([r.metric for r in results]),
+        exchange_rate=(
+            None
+            if results[0].exchange_rate is None
+            else np.concatenate([r.exchange_rate for r in results])
+        ),
     )
 
 

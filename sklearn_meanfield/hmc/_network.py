@@ -511,6 +511,59 @@ def log_posterior(
     return _log_posterior_value(residual, weighted, prior_precision * theta, theta)
 
 
+def log_likelihood(
+    theta, noise_precision, X_augmented_T, Y, layout, sample_weight=None
+):
+    """Gaussian log likelihood of every chain's weights and noise precisions.
+
+    ``sum_i w_i sum_k [log(tau_k / 2 pi) / 2 - tau_k (y_ik - f_k(x_i))^2 / 2]``
+    with sample weights ``w_i`` (1 without them): the quantity whose power
+    tempers the posterior, hence the energy the replica exchange of
+    :mod:`~sklearn_meanfield.hmc._tempering` compares.  Unlike the log
+    posterior of the weights given the precisions it keeps the noise
+    precisions' normalisation, which the exchanged states carry too.
+
+    Parameters
+    ----------
+    theta : ndarray of shape (n_chains, n_params)
+    noise_precision : ndarray of shape (n_chains, n_outputs)
+    X_augmented_T : ndarray of shape (n_features + 1, n_samples)
+        ``augment(X)``.
+    Y : ndarray of shape (n_samples, n_outputs)
+    layout : NetworkLayout
+    sample_weight : ndarray of shape (n_samples,) or None, default=None
+
+    Returns
+    -------
+    log_likelihood : ndarray of shape (n_chains,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._network import (
+    ...     NetworkLayout, augment, log_likelihood)
+    >>> layout = NetworkLayout(1, 2, 1)
+    >>> X, Y = np.zeros((3, 1)), np.ones((3, 1))
+    >>> # All weights zero: every residual is 1, the density that of N(0, 1).
+    >>> value = log_likelihood(np.zeros((1, layout.n_params)), np.ones((1, 1)),
+    ...                        augment(X), Y, layout)
+    >>> bool(np.isclose(value[0], 3 * (-0.5 * np.log(2 * np.pi) - 0.5)))
+    True
+    """
+    _, residual, weighted = _weighted_residual(
+        layout.augmented.unpack(theta),
+        X_augmented_T,
+        Y,
+        noise_precision,
+        sample_weight,
+    )
+    n_weighted = Y.shape[0] if sample_weight is None else np.sum(sample_weight)
+    normalisation = (
+        0.5 * n_weighted * np.sum(np.log(noise_precision / (2.0 * np.pi)), axis=1)
+    )
+    return normalisation - 0.5 * np.einsum("cmn,cmn->c", residual, weighted)
+
+
 def log_posterior_gradient(
     theta,
     Y,

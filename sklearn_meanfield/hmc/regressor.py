@@ -16,9 +16,16 @@ from .._loo import log_sum_exp, psis_smooth
 from .._memory import check_memory
 from .._parallel import N_JOBS_CONSTRAINT, draw_seeds
 from .._progress import CallbackSupportMixin, fit_progress
-from ._chains import ANNEAL_AUTO_ROWS, MIN_DRAWS, ChainSettings, sample_chains
+from ._chains import (
+    ANNEAL_AUTO_ROWS,
+    ANNEAL_START_ROWS,
+    MIN_DRAWS,
+    ChainSettings,
+    sample_chains,
+)
 from ._diagnostics import effective_sample_size, rhat_and_bulk_ess
 from ._network import HyperPrior, NetworkLayout, network_outputs
+from ._tempering import temperature_ladder
 from ._transition import NetworkPosterior
 
 __all__ = ["HMCNetworkRegressor"]
@@ -28,6 +35,12 @@ __all__ = ["HMCNetworkRegressor"]
 # (2 hidden + 3 outputs) floats) would exceed _PREDICT_BLOCK_BYTES: predict and
 # sample_y then work in bounded memory for any number of rows and draws.
 _PREDICT_BLOCK = 64
+
+# min_inverse_temperature="auto": neighbouring replicas' inverse temperatures
+# a factor this apart.  Measured exchange acceptance on friedman1 with 1000
+# rows: 0.16-0.26 for a factor 0.80, 0.10-0.29 for 0.81; on the two-output
+# problem 0.17-0.33 for 0.72.
+AUTO_TEMPERATURE_RATIO = 0.75
 _PREDICT_BLOCK_BYTES = 64 * 2**20
 
 
@@ -99,7 +112,11 @@ def _chain_after_chain(values):
 
 
 def _check_convergence(
-    draws, sampler="hmc", max_leapfrog=None, suggest_annealing=False
+    draws,
+    sampler="hmc",
+    max_leapfrog=None,
+    suggest_annealing=False,
+    suggest_tempering=False,
 ):
     """Largest split R-hat and smallest bulk ESS; warn about poor mixing.
 
@@ -112,7 +129,8 @@ def _check_convergence(
     larger ``max_leapfrog`` when the adapted lengths came within 10% of
     their bound, else longer warm-up and more draws; with
     ``suggest_annealing``, for larger data warmed up without it, also the
-    annealed warm-up) and when trajectories diverged after warm-up.
+    annealed warm-up; with ``suggest_tempering``, for a fit without it,
+    replica exchange) and when trajectories diverged after warm-up.
 
     Returns
     -------
@@ -171,6 +189,12 @@ def _check_convergence(
             remedy += (
                 " On data this large, anneal_warmup=True lets the chains "
                 "settle into the same configurations of the network."
+            )
+        if suggest_tempering:
+            remedy += (
+                " Chains that keep different configurations of the network "
+                "mix through replica exchange (n_temperatures=8, about eight "
+                "times the time)."
             )
         warnings.warn(
             f"The {n_chains} chains disagree: largest split R-hat "
@@ -380,6 +404,33 @@ class HMCNetworkRegressor(
         200 and 500 rows), where chains move between configurations anyway
         and the 200 iterations of cooling are missed from the settling of
         warm-up.  It costs no gradient evaluations.
+    n_temperatures : int, default=1
+        Replica exchange (parallel tempering) when above 1: every chain runs
+        this many replicas, replica ``k`` sampling the posterior with every
+        row's log likelihood multiplied by ``inverse_temperatures_[k]``
+        (from 1 down to ``min_inverse_temperature``, geometrically), and
+        after every iteration neighbouring replicas propose to exchange
+        their states, accepted with the Metropolis probability that keeps
+        each replica's posterior invariant (Swendsen and Wang 1986, Geyer
+        1991, Hukushima and Nemoto 1996); the draws are those of the replicas
+        at temperature 1, so they follow the posterior.  The hot replicas,
+        with a flatter likelihood, move between configurations of the network
+        (which units model which input, how many are saturated) that a chain
+        on larger data keeps for its whole run, and the exchanges bring those
+        moves to the posterior's chain.  Costs ``n_temperatures`` times the
+        time.  Measured on friedman1 with 1000 rows (four chains, seed 0):
+        the largest R-hat over test predictions and log hyperparameters
+        falls from 1.62 to 1.14 with 8 temperatures, where eight times as
+        many draws of the plain sampler leave it at 1.64 (see the user
+        guide).  The pairs that propose alternate between even and odd ones
+        (deterministic even-odd scheme, Syed et al. 2022); each replica
+        adapts its own step size and rescaling moves, and its generator is
+        the chain's: results do not depend on ``n_jobs``.
+    min_inverse_temperature : float in (0, 1] or "auto", default="auto"
+        Inverse temperature of the hottest replica.  ``"auto"``: neighbours
+        a factor 0.75 apart, ``0.75 ** (n_temperatures - 1)``, which keeps
+        the exchange acceptance near 0.2-0.3 on the measured problems, but
+        not below ``10 / n`` (the likelihood of ten rows).
     gradient_dtype : {"float32", "float64"}, default="float32"
         Precision of the gradient that drives the leapfrog steps.  With
         ``"float32"`` the forward and backward passes of every step run in
@@ -466,6 +517,14 @@ class HMCNetworkRegressor(
         ``n_leapfrog * step_size_`` with ``"hmc"``.
     n_divergent_ : ndarray of shape (n_chains,)
         Divergent trajectories after warm-up.
+    inverse_temperatures_ : ndarray of shape (n_temperatures,)
+        The replicas' powers of the likelihood, the first 1 (``[1.0]``
+        without replica exchange).
+    exchange_acceptance_ : ndarray of shape (n_chains, n_temperatures - 1)
+        Fraction of the exchanges proposed after warm-up between replicas
+        ``k`` and ``k + 1`` that were accepted, per chain; a pair that
+        rarely exchanges (below about 0.1) cuts the ladder, and more
+        temperatures or a larger ``min_inverse_temperature`` help.
     rhat_ : float
         Largest rank-normalised split R-hat over the predictions at the
         training points and the log precisions.
@@ -566,6 +625,11 @@ class HMCNetworkRegressor(
         "max_leapfrog": [Interval(Integral, 1, None, closed="left")],
         "adapt_mass_matrix": ["boolean", StrOptions({"fisher", "variance"})],
         "anneal_warmup": ["boolean", StrOptions({"auto"})],
+        "n_temperatures": [Interval(Integral, 1, None, closed="left")],
+        "min_inverse_temperature": [
+            Interval(Real, 0, 1, closed="right"),
+            StrOptions({"auto"}),
+        ],
         "gradient_dtype": [StrOptions({"float32", "float64"})],
         "step_size": [Interval(Real, 0, None, closed="neither")],
         "persistence": [Interval(Real, 0, 1, closed="left")],
@@ -588,6 +652,8 @@ class HMCNetworkRegressor(
         max_leapfrog=1000,
         adapt_mass_matrix=False,
         anneal_warmup="auto",
+        n_temperatures=1,
+        min_inverse_temperature="auto",
         gradient_dtype="float32",
         step_size=0.2,
         persistence=0.0,
@@ -606,6 +672,8 @@ class HMCNetworkRegressor(
         self.max_leapfrog = max_leapfrog
         self.adapt_mass_matrix = adapt_mass_matrix
         self.anneal_warmup = anneal_warmup
+        self.n_temperatures = n_temperatures
+        self.min_inverse_temperature = min_inverse_temperature
         self.gradient_dtype = gradient_dtype
         self.step_size = step_size
         self.persistence = persistence
@@ -686,6 +754,7 @@ class HMCNetworkRegressor(
             max_leapfrog=self.max_leapfrog,
             adapt_mass_matrix=self.adapt_mass_matrix,
             anneal=anneal,
+            inverse_temperatures=tuple(self._temperature_ladder(posterior.n_weighted)),
         )
         seeds = draw_seeds(check_random_state(self.random_state), self.n_chains)
         # Outputs without spread: the posterior is symmetric about them.
@@ -702,6 +771,7 @@ class HMCNetworkRegressor(
                 self.sampler,
                 self.max_leapfrog,
                 suggest_annealing=large and not anneal,
+                suggest_tempering=self.n_temperatures == 1,
             )
             loo = _leave_one_out(draws, Ys, y, sample_weight, self._y_scaler, constant)
             reporter(
@@ -714,6 +784,12 @@ class HMCNetworkRegressor(
         self._layout, self._constant_outputs = layout, constant
         self.acceptance_rate_ = draws.accept_rate
         self.n_divergent_ = draws.n_divergent
+        self.inverse_temperatures_ = np.asarray(settings.inverse_temperatures)
+        self.exchange_acceptance_ = (
+            np.empty((self.n_chains, 0))
+            if draws.exchange_rate is None
+            else draws.exchange_rate
+        )
         self.step_size_ = draws.step_size
         self._trajectory_length = draws.trajectory_length
         self.step_scale_factors_ = draws.metric
@@ -735,6 +811,16 @@ class HMCNetworkRegressor(
         self.loo_prediction_, self.loo_error_ = loo.prediction, loo.error
         self.loo_log_density_, self.pareto_k_ = loo.log_density, loo.pareto_k
         return self
+
+    def _temperature_ladder(self, n_weighted):
+        """The replicas' inverse temperatures for ``n_weighted`` rows."""
+        lowest = self.min_inverse_temperature
+        if lowest == "auto":
+            lowest = max(
+                AUTO_TEMPERATURE_RATIO ** (self.n_temperatures - 1),
+                min(1.0, ANNEAL_START_ROWS / n_weighted),
+            )
+        return temperature_ladder(self.n_temperatures, lowest)
 
     def _standardised_outputs(self, X):
         """Network outputs of every draw, (n_draws, n_rows, n_outputs), standardised."""
