@@ -251,3 +251,33 @@ def test_one_temperature_reports_no_exchanges():
     ).fit(X, y)
     assert model.inverse_temperatures_.tolist() == [1.0]
     assert model.exchange_acceptance_.shape == (2, 0)
+
+
+@pytest.mark.parametrize(
+    "n_temperatures, threshold, suggested",
+    [(1, 1.0, True), (1, 1e9, False), (2, 1.0, False)],
+)
+def test_convergence_warning_suggests_tempering_for_chains_held_apart(
+    monkeypatch, n_temperatures, threshold, suggested
+):
+    # Tiny chains disagree; the suggestion comes with one temperature and an
+    # R-hat above the threshold (patched to 1.0 or out of reach) only.
+    import sklearn_meanfield.hmc.regressor as regressor_module
+
+    monkeypatch.setattr(regressor_module, "TEMPERING_SUGGESTED_RHAT", threshold)
+    rng = np.random.RandomState(0)
+    X = rng.uniform(-2, 2, size=(40, 2))
+    y = np.tanh(X[:, 0]) + 0.1 * rng.normal(size=40)
+    model = HMCNetworkRegressor(
+        hidden_layer_size=2,
+        n_samples=8,
+        n_warmup=10,
+        n_leapfrog=4,
+        n_temperatures=n_temperatures,
+        random_state=0,
+    )
+    with pytest.warns(Warning) as caught:
+        model.fit(X, y)
+    rhat = [str(w.message) for w in caught if "R-hat" in str(w.message)]
+    assert len(rhat) == 1
+    assert ("n_temperatures=8" in rhat[0]) == suggested
