@@ -135,19 +135,24 @@ def _sign_problem():
     )
 
 
+def _tempered_chains(posterior, n_chains, n_samples, n_warmup, ladder):
+    """Chains seeded 0, 1, ... of 20 leapfrog steps, replicas at ``ladder``
+    (``(n_temperatures, min_inverse_temperature)``)."""
+    settings = ChainSettings(
+        n_samples,
+        n_warmup,
+        20,
+        0.2,
+        inverse_temperatures=tuple(temperature_ladder(*ladder)),
+    )
+    return run_chains(posterior, list(range(n_chains)), settings)
+
+
 def test_replica_exchange_crosses_between_symmetric_modes():
     posterior = _sign_problem()
-    seeds = [0, 1, 2, 3]
 
     def output_weight_signs(n_temperatures):
-        settings = ChainSettings(
-            400,
-            100,
-            20,
-            0.2,
-            inverse_temperatures=tuple(temperature_ladder(n_temperatures, 0.01)),
-        )
-        draws = run_chains(posterior, seeds, settings)
+        draws = _tempered_chains(posterior, 4, 400, 100, (n_temperatures, 0.01))
         return draws.theta[:, :, 2] > 0, draws
 
     plain, _ = output_weight_signs(1)
@@ -166,17 +171,9 @@ def test_replica_exchange_samples_the_small_network_posterior():
     # chains: means of the log precisions and of the predictions agree within
     # 4 standard errors over 6 chains each (as for the annealed warm-up).
     posterior = small_network_posterior(40)
-    seeds = list(range(6))
 
     def chain_means(n_temperatures):
-        settings = ChainSettings(
-            300,
-            150,
-            20,
-            0.2,
-            inverse_temperatures=tuple(temperature_ladder(n_temperatures, 0.2)),
-        )
-        draws = run_chains(posterior, seeds, settings)
+        draws = _tempered_chains(posterior, 6, 300, 150, (n_temperatures, 0.2))
         monitored = np.concatenate(
             [
                 np.log(draws.noise_precision),
