@@ -191,21 +191,36 @@ def test_replica_exchange_samples_the_small_network_posterior():
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-def test_tempered_fit_does_not_depend_on_n_jobs():
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"sampler": "chees"},
+        {"adapt_mass_matrix": True, "n_warmup": 200},
+        {"anneal_warmup": True},
+        {"persistence": 0.5},
+    ],
+    ids=["plain", "chees", "metric", "anneal", "persistence"],
+)
+def test_tempered_fit_does_not_depend_on_n_jobs(options):
+    # With every other option of the sampler, and sample weights (zeros
+    # among them), the replicas of a chain stay in its batch.
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 2))
     y = np.tanh(X[:, 0]) + 0.1 * rng.normal(size=40)
+    weights = rng.integers(0, 3, size=40).astype(float)
+    params = dict(
+        hidden_layer_size=3,
+        n_samples=20,
+        n_warmup=40,
+        n_leapfrog=10,
+        n_chains=3,
+        n_temperatures=3,
+        random_state=0,
+    )
+    params.update(options)
     fits = [
-        HMCNetworkRegressor(
-            hidden_layer_size=3,
-            n_samples=20,
-            n_warmup=20,
-            n_leapfrog=10,
-            n_chains=3,
-            n_temperatures=3,
-            n_jobs=n_jobs,
-            random_state=0,
-        ).fit(X, y)
+        HMCNetworkRegressor(n_jobs=n_jobs, **params).fit(X, y, sample_weight=weights)
         for n_jobs in (1, 2)
     ]
     np.testing.assert_array_equal(fits[0].parameter_draws_, fits[1].parameter_draws_)
@@ -213,6 +228,9 @@ def test_tempered_fit_does_not_depend_on_n_jobs():
         fits[0].exchange_acceptance_, fits[1].exchange_acceptance_
     )
     assert fits[0].exchange_acceptance_.shape == (3, 2)
+    assert np.all(
+        (fits[0].exchange_acceptance_ >= 0) & (fits[0].exchange_acceptance_ <= 1)
+    )
     assert fits[0].inverse_temperatures_.shape == (3,)
 
 
