@@ -149,13 +149,15 @@ def exchange_states(states, accepted):
     partner[:-1][accepted] += 1
     partner[1:][accepted] -= 1
     chains = np.arange(accepted.shape[1])
-    new_states = []
-    for k, state in enumerate(states):
-        fields = {}
-        for name in EXCHANGED_FIELDS:
-            stacked = np.stack([getattr(s, name) for s in states])
-            fields[name] = stacked[partner[k], chains]
-        new_states.append(state._replace(**fields))
+    stacked = {
+        name: np.stack([getattr(s, name) for s in states]) for name in EXCHANGED_FIELDS
+    }
+    new_states = [
+        state._replace(
+            **{name: values[partner[k], chains] for name, values in stacked.items()}
+        )
+        for k, state in enumerate(states)
+    ]
     return new_states, changed
 
 
