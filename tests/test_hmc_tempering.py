@@ -238,7 +238,9 @@ def test_tempered_fit_does_not_depend_on_n_jobs(options):
     "n_temperatures, lowest, n_rows, expected",
     [
         (1, "auto", 100, [1.0]),
-        (3, "auto", 1000, [1.0, 0.75, 0.5625]),
+        # Eight temperatures a factor 0.75 apart; more make it denser.
+        (8, "auto", 1000, [0.75**k for k in range(8)]),
+        (15, "auto", 1000, [0.75 ** (k / 2) for k in range(15)]),
         (3, 0.25, 1000, [1.0, 0.5, 0.25]),
         # Not below the likelihood of ten rows.
         (9, "auto", 40, [0.25 ** (k / 8) for k in range(9)]),
