@@ -145,7 +145,7 @@ def exchange_states(states, accepted):
     changed[:-1] |= accepted
     changed[1:] |= accepted
     # Where replica k took part in an exchange, its partner is k - 1 or k + 1.
-    partner = np.arange(n_temperatures)[:, None] + np.zeros_like(changed, dtype=int)
+    partner = np.repeat(np.arange(n_temperatures)[:, None], accepted.shape[1], axis=1)
     partner[:-1][accepted] += 1
     partner[1:][accepted] -= 1
     chains = np.arange(accepted.shape[1])

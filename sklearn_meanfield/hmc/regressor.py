@@ -439,7 +439,9 @@ class HMCNetworkRegressor(
         user guide).  The pairs that propose alternate between even and odd ones
         (deterministic even-odd scheme, Syed et al. 2022); each replica
         adapts its own step size and rescaling moves, and its generator is
-        the chain's: results do not depend on ``n_jobs``.
+        derived from the chain's seed (replica 0 uses the chain's own, so
+        one temperature is the plain sampler): results do not depend on
+        ``n_jobs``.
     min_inverse_temperature : float in (0, 1] or "auto", default="auto"
         Inverse temperature of the hottest replica.  ``"auto"``: ``0.75 **
         7`` (0.133; with 8 temperatures neighbours a factor 0.75 apart, the
@@ -539,7 +541,9 @@ class HMCNetworkRegressor(
         Fraction of the exchanges proposed after warm-up between replicas
         ``k`` and ``k + 1`` that were accepted, per chain; a pair that
         rarely exchanges (below about 0.1) cuts the ladder, and more
-        temperatures or a larger ``min_inverse_temperature`` help.
+        temperatures or a larger ``min_inverse_temperature`` help.  NaN
+        where no exchange was proposed after warm-up (a callback stopped
+        the fit in warm-up).
     rhat_ : float
         Largest rank-normalised split R-hat over the predictions at the
         training points and the log precisions.
