@@ -253,6 +253,10 @@ from sklearn.datasets import make_friedman1
 from sklearn_meanfield import HMCNetworkRegressor
 
 if __name__ == "__main__":
+    # A suite started in the background by a shell without job control
+    # inherits SIGINT ignored, and Python then leaves it so: restore the
+    # handler a terminal's Python has, which raises KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     X, y = make_friedman1(n_samples=60, n_features=5, noise=0.3, random_state=0)
     params = dict(hidden_layer_size=3, n_samples=20, n_warmup=20, n_leapfrog=10,
                   n_chains=4, random_state=0)
