@@ -12,6 +12,7 @@ counts match the fitted model, give the same result with and without
 callbacks, and stop early where they can.
 """
 
+import copy
 import io
 import re
 import warnings
@@ -696,3 +697,32 @@ def test_callback_task_as_context_manager_ends_only_on_success():
     with pytest.raises(ZeroDivisionError), CallbackTask(failed):
         raise ZeroDivisionError("a failing fit")
     assert failed.calls == ["begin"]
+
+
+def test_hmc_continued_chains_run_the_blocks_left_and_can_stop():
+    # warm_start: the chains' subtasks count the blocks of iterations left
+    # (blocks of the whole run: 6 of the 60 iterations), and a stop ends
+    # the continuation like a fit, keeping a prefix of the whole run's draws.
+    _callback_api()
+    X, y = _regression_data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        whole = _hmc(n_samples=40).fit(X, y)
+        model = _hmc(n_samples=20, warm_start=True).fit(X, y)
+        recorder = _TreeRecorder()
+        continued = copy.deepcopy(model)
+        continued.set_params(n_samples=40).set_callbacks(recorder).fit(X, y)
+        # Chain 2 asks to stop after its second block: 48 iterations.
+        stop = _StopAt("iterations", parent_ids=(2,), min_id=1)
+        model.set_params(n_samples=40, n_jobs=2)
+        model.set_callbacks(_TreeRecorder(stop)).fit(X, y)
+    tree = recorder.tree()
+    for c in range(3):
+        assert tree[ROOT + (("chain", c),)] == [("iterations", k) for k in range(4)]
+    np.testing.assert_array_equal(continued.parameter_draws_, whole.parameter_draws_)
+    by_chain = whole.chain_draws()["parameters"]
+    np.testing.assert_array_equal(
+        model.chain_draws()["parameters"], by_chain[:, : 48 - 20]
+    )
+    with pytest.raises(ValueError, match="a callback stopped them early"):
+        model.set_params(n_samples=50).fit(X, y)

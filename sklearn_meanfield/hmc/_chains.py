@@ -8,10 +8,13 @@ then sampling, recording the draws, and an optional ``on_iteration`` callable
 that may ask to stop.  :func:`sample_chains` splits the chains into batches,
 runs them in parallel and joins their draws.  Every chain owns its random
 generator, seeded up front, so a chain's draws do not depend on which other
-chains share its batch, hence not on ``n_jobs``.  :class:`ChainProgress` is
+chains share its batch, hence not on ``n_jobs``.  A run that was not stopped
+early returns a :class:`ChainCheckpoint`, from which a later run continues
+the same chains as if they had never stopped.  :class:`ChainProgress` is
 the ``on_iteration`` of a fit: progress lines and scikit-learn callback steps.
 """
 
+import copy
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -25,6 +28,7 @@ from ._tempering import ReplicaExchange
 from ._transition import WarmupAdaptation, transition
 
 __all__ = [
+    "ChainCheckpoint",
     "ChainDraws",
     "ChainProgress",
     "ChainRandom",
@@ -115,6 +119,13 @@ class ChainRandom:
             )
             for s in seeds
         ]
+
+    @classmethod
+    def from_generators(cls, generators):
+        """Chains driven by these generators (used, not copied)."""
+        random = cls([])
+        random.generators = list(generators)
+        return random
 
     @classmethod
     def child(cls, seeds, key):
@@ -272,6 +283,102 @@ class ChainSettings:
         ]
 
 
+def _rows(record, index):
+    """The rows ``index`` of every array field of a NamedTuple (None stays)."""
+    return type(record)(
+        *(None if value is None else np.asarray(value)[index] for value in record)
+    )
+
+
+def _stacked(records):
+    """NamedTuples of the same type with their array fields concatenated."""
+    return type(records[0])(
+        *(
+            None if values[0] is None else np.concatenate(values)
+            for values in zip(*records)
+        )
+    )
+
+
+class ChainCheckpoint(NamedTuple):
+    """Where a run of chains stopped: enough to continue them draw for draw.
+
+    The chains are on the first axis of every array, and every list holds one
+    item per chain, so a checkpoint splits into batches of any size
+    (:meth:`take`) and batches join again (:meth:`join`).
+    """
+
+    n_iterations: int
+    """Iterations every chain has run, warm-up included."""
+    states: tuple
+    """One :class:`~sklearn_meanfield.hmc._transition.ChainState` per replica."""
+    tunings: tuple
+    """One frozen :class:`~sklearn_meanfield.hmc._transition.FrozenTuning` per
+    replica."""
+    generators: tuple
+    """Per replica, the list of the chains' generators."""
+    exchange_generators: list = None
+    """The chains' generators of the replica exchanges (None with one
+    temperature)."""
+    exchange_counts: tuple = None
+    """Exchanges proposed and accepted after warm-up, two arrays of shape
+    (n_chains, n_temperatures - 1), or None."""
+
+    @property
+    def n_chains(self):
+        return len(self.generators[0])
+
+    def take(self, chains):
+        """The checkpoint of the chains ``chains`` (an index array), with
+        copies of their generators, so that continuing them leaves this one
+        as it is."""
+        chains = np.asarray(chains, dtype=int)
+
+        def generators(items):
+            return [copy.deepcopy(items[c]) for c in chains]
+
+        return ChainCheckpoint(
+            self.n_iterations,
+            tuple(_rows(state, chains) for state in self.states),
+            tuple(_rows(tuning, chains) for tuning in self.tunings),
+            tuple(generators(items) for items in self.generators),
+            None
+            if self.exchange_generators is None
+            else generators(self.exchange_generators),
+            None
+            if self.exchange_counts is None
+            else tuple(counts[chains] for counts in self.exchange_counts),
+        )
+
+    @classmethod
+    def join(cls, checkpoints):
+        """The checkpoints of batches of chains as one, chains in order."""
+        first = checkpoints[0]
+        if any(c.n_iterations != first.n_iterations for c in checkpoints):
+            raise ValueError("batches that ran different numbers of iterations")
+
+        def replicas(field):
+            return tuple(zip(*(getattr(c, field) for c in checkpoints)))
+
+        return cls(
+            first.n_iterations,
+            tuple(_stacked(states) for states in replicas("states")),
+            tuple(_stacked(tunings) for tunings in replicas("tunings")),
+            tuple(
+                [g for batch in generators for g in batch]
+                for generators in replicas("generators")
+            ),
+            None
+            if first.exchange_generators is None
+            else [g for c in checkpoints for g in c.exchange_generators],
+            None
+            if first.exchange_counts is None
+            else tuple(
+                np.concatenate(counts) for counts in replicas("exchange_counts")
+            ),
+        )
+
+
 class ChainDraws(NamedTuple):
     """The draws of a batch of chains, draw axis first, chains second."""
 
@@ -312,6 +419,9 @@ class ChainDraws(NamedTuple):
     exchange_rate: np.ndarray = None
     """Acceptance of the replica exchanges after warm-up between neighbouring
     temperatures, (n_chains, n_temperatures - 1); None with one temperature."""
+    checkpoint: ChainCheckpoint = None
+    """Where the chains ended, to continue them; None when a stop request
+    ended them early."""
 
 
 class _Trace(NamedTuple):
@@ -357,28 +467,37 @@ class _DrawRecorder:
     """Records the sampling draws, and the last ``MIN_DRAWS`` warm-up states
     (row ``iteration % MIN_DRAWS``): the draws of a batch stopped in warm-up."""
 
-    def __init__(self, posterior, n_chains, settings):
+    def __init__(self, posterior, n_chains, settings, n_drawn=0):
         self.posterior = posterior
+        # Draws of a continued run start after the n_drawn it had made.
+        self.first = settings.n_warmup + n_drawn
         self.n_warmup = settings.n_warmup
         layout = posterior.layout
-        self.draws = _Trace.empty(settings.n_samples, n_chains, layout)
+        n_new = settings.n_samples - n_drawn
+        self.draws = _Trace.empty(n_new, n_chains, layout)
         self.recent = _Trace.empty(MIN_DRAWS, n_chains, layout)
         self.train_outputs = np.empty(
-            (settings.n_samples, n_chains, posterior.X.shape[0], layout.n_outputs)
+            (n_new, n_chains, posterior.X.shape[0], layout.n_outputs)
         )
 
     def record(self, iteration, state, info):
         if iteration < self.n_warmup:
             self.recent.store(iteration % MIN_DRAWS, state, info)
             return
-        draw = iteration - self.n_warmup
+        draw = iteration - self.first
         self.draws.store(draw, state, info)
         self.train_outputs[draw] = self.posterior.train_outputs(state.theta)
 
     def result(
-        self, n_iterations, step_size, trajectory_length, metric, exchange_rate=None
+        self,
+        n_iterations,
+        step_size,
+        trajectory_length,
+        metric,
+        exchange_rate=None,
+        checkpoint=None,
     ):
-        """The draws after ``n_iterations`` iterations."""
+        """The draws after ``n_iterations`` iterations (those of this run)."""
         stopped_in_warmup = n_iterations <= self.n_warmup
         if stopped_in_warmup:
             # The last MIN_DRAWS warm-up states, oldest first.
@@ -386,7 +505,7 @@ class _DrawRecorder:
             trace = self.recent.rows(order)
             outputs = np.stack([self.posterior.train_outputs(t) for t in trace.theta])
         else:
-            n_kept = n_iterations - self.n_warmup
+            n_kept = n_iterations - self.first
             trace = self.draws.rows(slice(None, n_kept))
             outputs = self.train_outputs[:n_kept]
         n_kept = len(trace.theta)
@@ -405,6 +524,7 @@ class _DrawRecorder:
             trajectory_length=trajectory_length,
             metric=metric,
             exchange_rate=exchange_rate,
+            checkpoint=checkpoint,
         )
 
 
@@ -423,7 +543,7 @@ def _stop_now(iteration, settings):
     return at_block_end and MIN_DRAWS <= n_drawn < settings.n_samples
 
 
-def run_chains(posterior, seeds, settings, on_iteration=None):
+def run_chains(posterior, seeds, settings, on_iteration=None, resume=None):
     """Run a batch of chains: warm-up with adaptation, then sampling.
 
     Warm-up follows Neal's practice: the precisions stay at their prior means
@@ -460,11 +580,20 @@ def run_chains(posterior, seeds, settings, on_iteration=None):
         while sampling ends it at the end of the first block of iterations
         (:func:`iteration_blocks`) that leaves every chain ``MIN_DRAWS``
         draws or more.
+    resume : ChainCheckpoint or None, default=None
+        The checkpoint of an earlier run of these chains with the same
+        posterior and settings but fewer ``n_samples``, which this run
+        continues (used, not copied: pass :meth:`ChainCheckpoint.take`'s
+        copy to keep it): the chains then draw what one run with
+        ``settings.n_samples`` would have drawn after that point, and only
+        these new draws are returned.
 
     Returns
     -------
     draws : ChainDraws
-        ``n_kept`` is ``n_samples`` unless a stop was asked for.
+        ``n_kept`` is ``n_samples`` (less the draws of ``resume``) unless a
+        stop was asked for; ``checkpoint`` is where the chains ended, None
+        when a stop ended them early.
 
     Examples
     --------
@@ -487,44 +616,72 @@ def run_chains(posterior, seeds, settings, on_iteration=None):
     """
     ladder = np.asarray(settings.inverse_temperatures, dtype=float)
     n_chains = len(seeds)
-    # Replica 0 keeps the chains' own generators: one temperature is the
-    # plain sampler, draw for draw.
-    randoms = [ChainRandom(seeds)] + [
-        ChainRandom.child(seeds, k) for k in range(1, len(ladder))
-    ]
-    exchange = (
-        None
-        if len(ladder) == 1
-        else ReplicaExchange(
-            posterior, ladder, ChainRandom.child(seeds, 0), settings.n_warmup
-        )
-    )
     replica_posteriors = [posterior.tempered(beta) for beta in ladder]
-    states = [
-        replica.initial_state(random, n_chains)
-        for replica, random in zip(replica_posteriors, randoms)
-    ]
-    adaptations = [
-        WarmupAdaptation(
-            posterior.layout,
-            n_chains,
-            step_size=settings.step_size,
-            target_accept=settings.target_accept,
-            trajectory_length=(
-                settings.n_leapfrog * settings.step_size
-                if settings.sampler == "chees"
-                else None
-            ),
-            max_leapfrog=settings.max_leapfrog,
-            metric_windows=settings.metric_windows(),
-            metric_estimator=settings.metric_estimator or "variance",
+    if resume is None:
+        start, n_drawn = 0, 0
+        # Replica 0 keeps the chains' own generators: one temperature is the
+        # plain sampler, draw for draw.
+        randoms = [ChainRandom(seeds)] + [
+            ChainRandom.child(seeds, k) for k in range(1, len(ladder))
+        ]
+        exchange = (
+            None
+            if len(ladder) == 1
+            else ReplicaExchange(
+                posterior, ladder, ChainRandom.child(seeds, 0), settings.n_warmup
+            )
         )
-        for _ in ladder
-    ]
-    recorder = _DrawRecorder(posterior, n_chains, settings)
+        states = [
+            replica.initial_state(random, n_chains)
+            for replica, random in zip(replica_posteriors, randoms)
+        ]
+        adaptations = [
+            WarmupAdaptation(
+                posterior.layout,
+                n_chains,
+                step_size=settings.step_size,
+                target_accept=settings.target_accept,
+                trajectory_length=(
+                    settings.n_leapfrog * settings.step_size
+                    if settings.sampler == "chees"
+                    else None
+                ),
+                max_leapfrog=settings.max_leapfrog,
+                metric_windows=settings.metric_windows(),
+                metric_estimator=settings.metric_estimator or "variance",
+            )
+            for _ in ladder
+        ]
+    else:
+        start = resume.n_iterations
+        n_drawn = start - settings.n_warmup
+        if n_drawn < 0 or resume.n_chains != n_chains:
+            raise ValueError("the checkpoint is not of these chains after warm-up")
+        randoms = [ChainRandom.from_generators(g) for g in resume.generators]
+        states = list(resume.states)
+        adaptations = [
+            WarmupAdaptation.from_frozen(
+                posterior.layout, tuning, settings.max_leapfrog
+            )
+            for tuning in resume.tunings
+        ]
+        exchange = None
+        if len(ladder) > 1:
+            exchange = ReplicaExchange(
+                posterior,
+                ladder,
+                ChainRandom.from_generators(resume.exchange_generators),
+                settings.n_warmup,
+            )
+            exchange.n_proposed, exchange.n_accepted = (
+                np.array(counts, dtype=float) for counts in resume.exchange_counts
+            )
+    recorder = _DrawRecorder(posterior, n_chains, settings, n_drawn)
     stop, n_warmup = False, settings.n_warmup
+    n_iterations = n_warmup + settings.n_samples
     anneal_end = settings.anneal_window[1]
-    for iteration in range(n_warmup + settings.n_samples):
+    iteration = start - 1
+    for iteration in range(start, n_iterations):
         power = settings.inverse_temperature(iteration, posterior.n_weighted)
         posteriors = (
             replica_posteriors
@@ -561,6 +718,16 @@ def run_chains(posterior, seeds, settings, on_iteration=None):
             stop |= bool(on_iteration(iteration, state, info))
         if stop and _stop_now(iteration, settings):
             break
+    checkpoint = None
+    if iteration + 1 == n_iterations and n_iterations > n_warmup:
+        checkpoint = ChainCheckpoint(
+            n_iterations,
+            tuple(states),
+            tuple(adaptation.frozen_tuning() for adaptation in adaptations),
+            tuple(random.generators for random in randoms),
+            None if exchange is None else exchange.random_state.generators,
+            None if exchange is None else (exchange.n_proposed, exchange.n_accepted),
+        )
     adaptation = adaptations[0]
     step_size = np.exp(adaptation.log_step_size)
     tuning = adaptation.tuning()
@@ -575,6 +742,7 @@ def run_chains(posterior, seeds, settings, on_iteration=None):
         trajectory_length,
         adaptation.metric_factor(),
         exchange_rate=None if exchange is None else exchange.rates,
+        checkpoint=checkpoint,
     )
 
 
@@ -659,10 +827,12 @@ class ChainProgress:
         return False
 
 
-def _run_batch(posterior, seeds, settings, tasks, verbose, chain_ids):
+def _run_batch(posterior, seeds, settings, tasks, verbose, chain_ids, resume=None):
     """Module-level (picklable) unit of parallel work: one batch of chains."""
     with ChainProgress(settings, tasks, verbose, chain_ids) as progress:
-        return run_chains(posterior, seeds, settings, on_iteration=progress)
+        return run_chains(
+            posterior, seeds, settings, on_iteration=progress, resume=resume
+        )
 
 
 def _join(results):
@@ -691,6 +861,11 @@ def _join(results):
             if results[0].exchange_rate is None
             else np.concatenate([r.exchange_rate for r in results])
         ),
+        checkpoint=(
+            None
+            if any(r.checkpoint is None for r in results)
+            else ChainCheckpoint.join([r.checkpoint for r in results])
+        ),
     )
 
 
@@ -711,7 +886,9 @@ def max_batch_size(n_rows, layout, itemsize=8):
     return max(1, BATCH_BYTES // max(n_rows * layout.n_hidden * itemsize, 1))
 
 
-def sample_chains(posterior, seeds, settings, *, n_jobs=None, reporter=None):
+def sample_chains(
+    posterior, seeds, settings, *, n_jobs=None, reporter=None, resume=None
+):
     """Run every chain, in batches in parallel, and join their draws.
 
     Chains are grouped into one batch per worker, or more batches when a
@@ -730,12 +907,16 @@ def sample_chains(posterior, seeds, settings, *, n_jobs=None, reporter=None):
         The fit's reporter: its verbosity for the chains' progress lines and
         its callback task, of which every chain is a subtask (a step per block
         of iterations).
+    resume : ChainCheckpoint or None, default=None
+        Continue these chains from where an earlier run left them
+        (:func:`run_chains`); it is left as it was.
 
     Returns
     -------
     draws : ChainDraws
         All chains, in the order of ``seeds``; every chain keeps as many draws
-        as the shortest batch when a callback stopped some.
+        as the shortest batch when a callback stopped some.  With ``resume``
+        only the new draws.
     """
     reporter = ProgressReporter(0, "") if reporter is None else reporter
     n_chains = len(seeds)
@@ -750,17 +931,32 @@ def sample_chains(posterior, seeds, settings, *, n_jobs=None, reporter=None):
     )
     batches = np.array_split(np.arange(n_chains), n_batches)
     reporter(1, "%d chains in %d batches", n_chains, n_batches)
-    _, n_blocks = iteration_blocks(settings.n_warmup, settings.n_samples)
+    block_size, n_blocks = iteration_blocks(settings.n_warmup, settings.n_samples)
+    if resume is not None:
+        n_blocks -= resume.n_iterations // block_size  # the blocks left
     tasks = reporter.task.subtasks(n_chains, "chain", max_steps=n_blocks)
     results = run_parallel(
         _run_batch,
         [
-            (posterior, seeds[b], settings, [tasks[c] for c in b], reporter.verbose, b)
+            (
+                posterior,
+                seeds[b],
+                settings,
+                [tasks[c] for c in b],
+                reporter.verbose,
+                b,
+                None if resume is None else resume.take(b),
+            )
             for b in batches
         ],
         n_jobs=n_jobs,
     )
     draws = _join(results)
-    if len(draws.theta) < settings.n_samples:
-        reporter(1, "stopped by a callback: %d draws per chain kept", len(draws.theta))
+    n_drawn = 0 if resume is None else resume.n_iterations - settings.n_warmup
+    if n_drawn + len(draws.theta) < settings.n_samples:
+        reporter(
+            1,
+            "stopped by a callback: %d draws per chain kept",
+            n_drawn + len(draws.theta),
+        )
     return draws

@@ -62,6 +62,7 @@ from ._sampler import (
 __all__ = [
     "ChainInfo",
     "ChainState",
+    "FrozenTuning",
     "NetworkPosterior",
     "Tuning",
     "WarmupAdaptation",
@@ -294,6 +295,22 @@ class Tuning(NamedTuple):
     metric: np.ndarray = None
     """Diagonal metric as factors on the step scales, (n_chains, n_params),
     or None (Neal's scales alone)."""
+
+
+class FrozenTuning(NamedTuple):
+    """What warm-up adapted, per chain, as :class:`WarmupAdaptation` keeps it:
+    enough to go on sampling with the same settings, bit for bit."""
+
+    log_step_size: np.ndarray
+    """(n_chains,)."""
+    log_group_sd: np.ndarray
+    """(n_chains, n_groups)."""
+    log_unit_sd: np.ndarray
+    """(n_chains, n_hidden)."""
+    log_trajectory_length: np.ndarray = None
+    """(n_chains,) with ``"chees"``, else None."""
+    metric: np.ndarray = None
+    """(n_chains, n_params) when a metric was adapted, else None."""
 
 
 def _update_precisions(state, posterior, tuning, random_state):
@@ -631,3 +648,37 @@ class WarmupAdaptation:
         if self.chees is not None:
             self.chees.log_length = self.chees.final()
         self.frozen = True
+
+    def frozen_tuning(self):
+        """The adapted settings after :meth:`freeze`, as a :class:`FrozenTuning`."""
+        return FrozenTuning(
+            log_step_size=self.log_step_size.copy(),
+            log_group_sd=self.log_group_sd.copy(),
+            log_unit_sd=self.log_unit_sd.copy(),
+            log_trajectory_length=(
+                None if self.chees is None else self.chees.log_length.copy()
+            ),
+            metric=None if self.metric is None else self.metric.factor.copy(),
+        )
+
+    @classmethod
+    def from_frozen(cls, layout, frozen, max_leapfrog=1000):
+        """A frozen adaptation that hands out the settings of ``frozen``.
+
+        Its :meth:`tuning` and :meth:`n_leapfrog` are those of the adaptation
+        :meth:`frozen_tuning` was taken from: chains continued with it draw
+        what they would have drawn had they never stopped.
+        """
+        n_chains = len(frozen.log_step_size)
+        adaptation = cls(layout, n_chains, step_size=1.0, max_leapfrog=max_leapfrog)
+        adaptation.log_step_size = frozen.log_step_size.copy()
+        adaptation.log_group_sd = frozen.log_group_sd.copy()
+        adaptation.log_unit_sd = frozen.log_unit_sd.copy()
+        if frozen.log_trajectory_length is not None:
+            adaptation.chees = ChEESAdaptation(np.ones(n_chains))
+            adaptation.chees.log_length = frozen.log_trajectory_length.copy()
+        if frozen.metric is not None:
+            adaptation.metric = MassMatrixAdaptation(frozen.metric.shape, [])
+            adaptation.metric.factor = frozen.metric.copy()
+        adaptation.frozen = True
+        return adaptation

@@ -4,6 +4,7 @@ import warnings
 from numbers import Integral, Real
 from typing import NamedTuple
 
+import joblib
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
@@ -29,6 +30,20 @@ from ._tempering import temperature_ladder
 from ._transition import NetworkPosterior
 
 __all__ = ["HMCNetworkRegressor"]
+
+# Parameters a warm-started fit may change: the draws do not depend on them
+# (random_state only seeds chains that start anew).
+_CONTINUABLE_PARAMS = ("n_samples", "n_jobs", "verbose", "random_state", "warm_start")
+
+
+def _same_value(a, b):
+    """Whether two parameter values are equal (numbers by value, else by
+    identity or ``==``)."""
+    try:
+        return bool(a is b or a == b)
+    except (TypeError, ValueError):
+        return False
+
 
 # Test rows are pushed through all posterior draws in blocks of at most this
 # many rows, fewer when a block's network activations (about n_draws * rows *
@@ -139,8 +154,9 @@ def _check_convergence(
     larger ``max_leapfrog`` when the adapted lengths came within 10% of
     their bound, else longer warm-up and more draws; with
     ``suggest_annealing``, for larger data warmed up without it, also the
-    annealed warm-up; with ``suggest_tempering``, for a fit without it whose
-    R-hat exceeds ``TEMPERING_SUGGESTED_RHAT``, replica exchange) and when
+    annealed warm-up; continuing the chains with ``warm_start``; with
+    ``suggest_tempering``, for a fit without it whose R-hat exceeds
+    ``TEMPERING_SUGGESTED_RHAT``, replica exchange) and when
     trajectories diverged after warm-up.
 
     Returns
@@ -201,6 +217,10 @@ def _check_convergence(
                 " On data this large, anneal_warmup=True lets the chains "
                 "settle into the same configurations of the network."
             )
+        remedy += (
+            " A refit with warm_start=True and a larger n_samples continues "
+            "these chains, without another warm-up."
+        )
         if suggest_tempering and rhat > TEMPERING_SUGGESTED_RHAT:
             remedy += (
                 " Chains that keep different configurations of the network "
@@ -497,6 +517,18 @@ class HMCNetworkRegressor(
         warm-up ends the fit at once, keeping the last four warm-up states as
         the draws, with a ``ConvergenceWarning`` (they come from chains that
         were still adapting): a time limit is honoured at any stage.
+    warm_start : bool, default=False
+        When set to True, the next :meth:`fit` on the same data continues
+        the chains of the previous fit to ``n_samples`` draws per chain (raise
+        ``n_samples`` first), keeping its draws, warm-up and adapted settings,
+        instead of sampling anew: a fit that warns of chains that disagree
+        gets more draws without another warm-up.  The chains go on with their
+        own generators, so the draws are exactly those one fit with the
+        larger ``n_samples`` would have made, for any ``n_jobs``; every
+        fitted attribute (R-hat, leave-one-out, acceptance) then covers all
+        the draws.  The other parameters that shape the chains
+        (``n_jobs``, ``verbose`` and ``random_state`` aside) and the data
+        must be those of the previous fit.
 
     Attributes
     ----------
@@ -673,6 +705,7 @@ class HMCNetworkRegressor(
         "n_jobs": N_JOBS_CONSTRAINT,
         "random_state": ["random_state"],
         "verbose": ["verbose"],
+        "warm_start": ["boolean"],
     }
 
     def __init__(
@@ -697,6 +730,7 @@ class HMCNetworkRegressor(
         n_jobs=None,
         random_state=None,
         verbose=0,
+        warm_start=False,
     ):
         self.hidden_layer_size = hidden_layer_size
         self.n_samples = n_samples
@@ -717,6 +751,7 @@ class HMCNetworkRegressor(
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.verbose = verbose
+        self.warm_start = warm_start
 
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
@@ -790,7 +825,20 @@ class HMCNetworkRegressor(
             anneal=anneal,
             inverse_temperatures=tuple(self._temperature_ladder(posterior.n_weighted)),
         )
-        seeds = draw_seeds(check_random_state(self.random_state), self.n_chains)
+        data_hash = joblib.hash((X, y, sample_weight))
+        resume = self._continued_chains(data_hash) if self.warm_start else None
+        if resume is not None and resume.n_iterations == self.n_warmup + self.n_samples:
+            warnings.warn(
+                f"warm_start=True continues the chains to n_samples draws, "
+                f"and they have {self.n_samples} already: nothing was sampled. "
+                "Increase n_samples to draw more.",
+                UserWarning,
+            )
+            return self
+        if resume is None:
+            seeds = draw_seeds(check_random_state(self.random_state), self.n_chains)
+        else:
+            seeds = self._chain_seeds
         # Outputs without spread: the posterior is symmetric about them.
         constant = self._y_scaler.constant.copy()
         # With scikit-learn callbacks, every chain is a subtask of the fit.
@@ -798,8 +846,15 @@ class HMCNetworkRegressor(
             reporter
         ):
             draws = sample_chains(
-                posterior, seeds, settings, n_jobs=self.n_jobs, reporter=reporter
+                posterior,
+                seeds,
+                settings,
+                n_jobs=self.n_jobs,
+                reporter=reporter,
+                resume=resume,
             )
+            if resume is not None:
+                draws = self._after_previous_draws(draws, posterior)
             rhat, ess = _check_convergence(
                 draws,
                 self.sampler,
@@ -844,7 +899,91 @@ class HMCNetworkRegressor(
         self.rhat_, self.ess_ = rhat, ess
         self.loo_prediction_, self.loo_error_ = loo.prediction, loo.error
         self.loo_log_density_, self.pareto_k_ = loo.log_density, loo.pareto_k
+        # What warm_start needs to continue these chains.
+        self._chain_seeds, self._chain_checkpoint = seeds, draws.checkpoint
+        self._chain_params, self._data_hash = self._chain_shaping_params(), data_hash
         return self
+
+    def _chain_shaping_params(self):
+        """The parameters the chains' draws depend on, save their seeds."""
+        params = self.get_params(deep=False)
+        for name in _CONTINUABLE_PARAMS:
+            params.pop(name)
+        return params
+
+    def _continued_chains(self, data_hash):
+        """The checkpoint of the chains a warm-started fit continues.
+
+        None when there is no previous fit (the fit then starts anew);
+        ``ValueError`` when the previous fit's chains cannot be continued
+        into the one asked for.
+        """
+        if not hasattr(self, "_chain_checkpoint"):
+            return None
+        changed = sorted(
+            name
+            for name, value in self._chain_shaping_params().items()
+            if not _same_value(value, self._chain_params[name])
+        )
+        if changed:
+            raise ValueError(
+                f"warm_start=True continues the chains of the previous fit, "
+                f"which had other values of {', '.join(changed)}: restore them "
+                "(only n_samples, n_jobs, verbose and random_state may "
+                "change), or set warm_start=False to sample anew."
+            )
+        if data_hash != self._data_hash:
+            raise ValueError(
+                "warm_start=True continues the chains of the previous fit, "
+                "which sampled the posterior given other data (X, y or "
+                "sample_weight differ): set warm_start=False to sample anew."
+            )
+        checkpoint = self._chain_checkpoint
+        if checkpoint is None:
+            raise ValueError(
+                "warm_start=True cannot continue the chains of the previous "
+                "fit: a callback stopped them early. Set warm_start=False to "
+                "sample anew."
+            )
+        n_drawn = checkpoint.n_iterations - self.n_warmup
+        if self.n_samples < n_drawn:
+            raise ValueError(
+                f"n_samples={self.n_samples} must be at least the {n_drawn} "
+                "draws per chain of the previous fit when warm_start=True."
+            )
+        return checkpoint
+
+    def _after_previous_draws(self, draws, posterior):
+        """The previous fit's draws followed by ``draws``, those of a
+        continuation of its chains, as one :class:`ChainDraws`."""
+        previous = self.chain_draws()
+        n_previous = previous["parameters"].shape[1]
+        n_kept = n_previous + len(draws.theta)
+
+        def joined(earlier, later):
+            return np.concatenate([np.swapaxes(earlier, 0, 1), later])
+
+        theta = joined(previous["parameters"], draws.theta)
+        # The sampler's network outputs at the training inputs, recomputed.
+        outputs = np.stack(
+            [posterior.train_outputs(t) for t in theta[:n_previous]]
+            + list(draws.train_outputs)
+        )
+        n_accepted = np.round(self.acceptance_rate_ * n_previous)
+        divergent = joined(previous["diverging"], draws.divergent)
+        return draws._replace(
+            theta=theta,
+            noise_precision=joined(previous["noise_precision"], draws.noise_precision),
+            group_precision=joined(previous["precision"], draws.group_precision),
+            train_outputs=outputs,
+            accepted=None,
+            divergent=divergent,
+            accept_rate=(n_accepted + draws.accepted.sum(axis=0)) / n_kept,
+            n_divergent=divergent.sum(axis=0),
+            accept_prob=joined(previous["acceptance_rate"], draws.accept_prob),
+            n_leapfrog=joined(previous["n_steps"], draws.n_leapfrog),
+            energy_error=joined(previous["energy_error"], draws.energy_error),
+        )
 
     def _temperature_ladder(self, n_weighted):
         """The replicas' inverse temperatures for ``n_weighted`` rows."""
