@@ -46,9 +46,21 @@ def test_tempered_posterior_raises_the_likelihood_to_the_power(weighted):
         tempered = posterior.tempered(beta)
         log_prob, grads[beta] = tempered.target(noise, groups)(theta)
         np.testing.assert_allclose(log_prob, beta * log_lik + log_prior, rtol=1e-12)
-        assert tempered.n_weighted == pytest.approx(beta * row_weights.sum())
+        # The curvature's data term, hence Neal's step scales, scale alike.
+        np.testing.assert_array_equal(
+            tempered.step_scales(noise, groups),
+            posterior.step_scales(beta * noise, groups),
+        )
     np.testing.assert_allclose(grads[0.6], (grads[0.2] + grads[1.0]) / 2, rtol=1e-10)
     assert posterior.tempered(1.0) is posterior
+    # A power per chain (replicas batched): each row as its own power gives.
+    per_chain = posterior.tempered(np.array([0.2, 0.6, 1.0])).target(noise, groups)
+    log_prob, grad = per_chain(theta)
+    for c, beta in enumerate((0.2, 0.6, 1.0)):
+        alone = posterior.tempered(beta).target(noise[c : c + 1], groups[c : c + 1])
+        expected_log_prob, expected_grad = alone(theta[c : c + 1])
+        np.testing.assert_allclose(log_prob[c], expected_log_prob[0], rtol=1e-13)
+        np.testing.assert_allclose(grad[c], expected_grad[0], rtol=1e-13)
 
 
 def test_tempered_gibbs_step_of_the_noise_has_the_tempered_conditional():
@@ -66,6 +78,7 @@ def test_tempered_gibbs_step_of_the_noise_has_the_tempered_conditional():
         prior,
         np.random.default_rng(3),
         posterior.sample_weight,
+        inverse_temperature=posterior.inverse_temperature,
     )
     shape = prior.a_noise / 2 + 0.05 * 40 / 2
     rate = prior.a_noise / (2 * prior.w_noise) + 0.05 * np.sum(residual**2) / 2
@@ -122,7 +135,7 @@ def test_chains_sample_the_posterior_itself_after_the_annealing(monkeypatch):
         beta = settings.inverse_temperature(iteration, 60)
         if start <= iteration < end:
             assert beta < 1.0
-            np.testing.assert_allclose(target.sample_weight, beta)
+            np.testing.assert_allclose(target.inverse_temperature, beta)
         else:
             assert target is posterior
     # The recorded draws are the chain's states under the posterior.

@@ -298,3 +298,31 @@ def test_convergence_warning_suggests_tempering_for_chains_held_apart(
     rhat = [str(w.message) for w in caught if "R-hat" in str(w.message)]
     assert len(rhat) == 1
     assert ("n_temperatures=8" in rhat[0]) == suggested
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"sampler": "chees"}, {"anneal": True, "adapt_mass_matrix": True}]
+)
+def test_replicas_batched_or_one_by_one_draw_alike(monkeypatch, options):
+    # The replicas' transitions run as one batch of rows when the data are
+    # small, in groups or one by one when a batch would outgrow the cache:
+    # every row keeps its replica's generators, tuning and power, so the
+    # grouping changes nothing, draw for draw.
+    from sklearn_meanfield.hmc import _chains
+
+    posterior = small_network_posterior(40)
+    settings = ChainSettings(
+        20, 30, 8, 0.2, inverse_temperatures=(1.0, 0.7, 0.5, 0.3, 0.2), **options
+    )
+    batched = run_chains(posterior, [1, 2], settings)
+    assert _chains.replica_groups(
+        5, 2, _chains.max_batch_size(40, posterior.layout)
+    ) == [[0, 1, 2, 3, 4]]
+    for max_rows in (2, 4):
+        monkeypatch.setattr(_chains, "max_batch_size", lambda *args, r=max_rows: r)
+        grouped = run_chains(posterior, [1, 2], settings)
+        for name in ("theta", "noise_precision", "group_precision", "n_leapfrog"):
+            np.testing.assert_array_equal(
+                getattr(grouped, name), getattr(batched, name), err_msg=name
+            )
+        np.testing.assert_array_equal(grouped.exchange_rate, batched.exchange_rate)

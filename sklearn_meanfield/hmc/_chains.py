@@ -284,20 +284,53 @@ class ChainSettings:
 
 
 def _rows(record, index):
-    """The rows ``index`` of every array field of a NamedTuple (None stays)."""
-    return type(record)(
-        *(None if value is None else np.asarray(value)[index] for value in record)
-    )
+    """The rows ``index`` of every array field of a NamedTuple, nested ones
+    too (None stays None)."""
+
+    def rows(value):
+        if value is None:
+            return None
+        if isinstance(value, tuple):
+            return _rows(value, index)
+        return np.asarray(value)[index]
+
+    return type(record)(*(rows(value) for value in record))
 
 
 def _stacked(records):
-    """NamedTuples of the same type with their array fields concatenated."""
-    return type(records[0])(
-        *(
-            None if values[0] is None else np.concatenate(values)
-            for values in zip(*records)
-        )
-    )
+    """NamedTuples of the same type, nested ones too, with their array fields
+    concatenated along the first axis (None stays None)."""
+
+    def stacked(values):
+        if values[0] is None:
+            return None
+        if isinstance(values[0], tuple):
+            return _stacked(values)
+        return np.concatenate(values)
+
+    return type(records[0])(*(stacked(values) for values in zip(*records)))
+
+
+def replica_groups(n_temperatures, n_chains, max_rows):
+    """The replicas whose transitions run as one batch, in order.
+
+    Consecutive replicas, as many as keep ``n_chains`` times their number
+    within ``max_rows`` (:func:`max_batch_size`), one at least: the
+    transitions of several replicas of a small data set then share the
+    Python overhead of every leapfrog step, and those of a large one stay
+    within the cache.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield.hmc._chains import replica_groups
+    >>> replica_groups(8, 2, 25)
+    [[0, 1, 2, 3, 4, 5, 6, 7]]
+    >>> replica_groups(5, 2, 5)
+    [[0, 1], [2, 3], [4]]
+    """
+    per_group = max(1, max_rows // max(n_chains, 1))
+    replicas = list(range(n_temperatures))
+    return [replicas[i : i + per_group] for i in range(0, n_temperatures, per_group)]
 
 
 class ChainCheckpoint(NamedTuple):
@@ -677,6 +710,15 @@ def run_chains(posterior, seeds, settings, on_iteration=None, resume=None):
                 np.array(counts, dtype=float) for counts in resume.exchange_counts
             )
     recorder = _DrawRecorder(posterior, n_chains, settings, n_drawn)
+    groups = replica_groups(
+        len(ladder),
+        n_chains,
+        max_batch_size(
+            posterior.X.shape[0],
+            posterior.layout,
+            np.dtype(posterior.gradient_dtype).itemsize,
+        ),
+    )
     stop, n_warmup = False, settings.n_warmup
     n_iterations = n_warmup + settings.n_samples
     anneal_end = settings.anneal_window[1]
@@ -688,18 +730,26 @@ def run_chains(posterior, seeds, settings, on_iteration=None, resume=None):
             if power == 1.0
             else [posterior.tempered(power * beta) for beta in ladder]
         )
-        infos = []
-        for k, adaptation in enumerate(adaptations):
-            states[k], info = transition(
-                states[k],
-                posteriors[k],
-                adaptation.tuning(),
-                randoms[k],
-                n_leapfrog=adaptation.n_leapfrog(iteration, settings.n_leapfrog),
+        infos = [None] * len(ladder)
+        for group in groups:
+            _grouped_transition(
+                group,
+                states,
+                infos,
+                posterior,
+                power * ladder,
+                posteriors,
+                adaptations,
+                randoms,
+                n_leapfrog=[
+                    adaptations[k].n_leapfrog(iteration, settings.n_leapfrog)
+                    for k in group
+                ],
                 persistence=settings.persistence,
                 update_precisions=iteration >= settings.n_fixed,
             )
-            infos.append(info)
+        for k, adaptation in enumerate(adaptations):
+            info = infos[k]
             if iteration < n_warmup:
                 adaptation.update(info, states[k])
                 if iteration == anneal_end - 1 and anneal_end > settings.n_fixed:
@@ -744,6 +794,56 @@ def run_chains(posterior, seeds, settings, on_iteration=None, resume=None):
         exchange_rate=None if exchange is None else exchange.rates,
         checkpoint=checkpoint,
     )
+
+
+def _grouped_transition(
+    group,
+    states,
+    infos,
+    posterior,
+    inverse_temperatures,
+    posteriors,
+    adaptations,
+    randoms,
+    *,
+    n_leapfrog,
+    **options,
+):
+    """One transition of the replicas ``group`` as one batch of rows.
+
+    ``states[k]`` and ``infos[k]`` of every replica ``k`` of the group are
+    replaced with its new state and what its transition did.  The rows of
+    replica ``k`` keep its generators, tuning and power of the likelihood, so
+    that every row draws what its replica alone would (the network's matrix
+    products are one per row).
+    """
+    if len(group) == 1:
+        (k,) = group
+        states[k], infos[k] = transition(
+            states[k],
+            posteriors[k],
+            adaptations[k].tuning(),
+            randoms[k],
+            n_leapfrog=n_leapfrog[0],
+            **options,
+        )
+        return
+    n_chains = states[group[0]].theta.shape[0]
+    if all(np.ndim(steps) == 0 for steps in n_leapfrog):
+        steps = n_leapfrog[0]  # the fixed length of every replica
+    else:
+        steps = np.concatenate([np.broadcast_to(s, (n_chains,)) for s in n_leapfrog])
+    state, info = transition(
+        _stacked([states[k] for k in group]),
+        posterior.tempered(np.repeat(inverse_temperatures[group], n_chains)),
+        _stacked([adaptations[k].tuning() for k in group]),
+        ChainRandom.from_generators([g for k in group for g in randoms[k].generators]),
+        n_leapfrog=steps,
+        **options,
+    )
+    for i, k in enumerate(group):
+        rows = slice(i * n_chains, (i + 1) * n_chains)
+        states[k], infos[k] = _rows(state, rows), _rows(info, rows)
 
 
 class ChainProgress:

@@ -632,7 +632,16 @@ def log_posterior_gradient(
     return grad
 
 
-def gibbs_precisions(theta, residual, layout, prior, random_state, sample_weight=None):
+def gibbs_precisions(
+    theta,
+    residual,
+    layout,
+    prior,
+    random_state,
+    sample_weight=None,
+    *,
+    inverse_temperature=None,
+):
     """Draw the weight-group and noise precisions from their conditionals.
 
     A group of ``n`` weights ``z`` with a Gamma(shape a/2, mean w) prior on its
@@ -640,7 +649,9 @@ def gibbs_precisions(theta, residual, layout, prior, random_state, sample_weight
     the noise precision of output ``k`` likewise with the ``n_samples``
     residuals of that output (Neal 1996, section 3.2).  With sample weights
     ``w_i`` the noise conditional counts ``sum_i w_i`` points and the
-    weighted sum of squares ``sum_i w_i r_i^2``, as for repeated rows.
+    weighted sum of squares ``sum_i w_i r_i^2``, as for repeated rows; with
+    the likelihood to a power ``beta`` (a tempered replica), ``beta`` times
+    both.
 
     Parameters
     ----------
@@ -650,6 +661,8 @@ def gibbs_precisions(theta, residual, layout, prior, random_state, sample_weight
     prior : HyperPrior
     random_state : numpy.random.Generator or RandomState
     sample_weight : ndarray of shape (n_samples,) or None, default=None
+    inverse_temperature : float, ndarray of shape (n_chains,) or None, default=None
+        The power of the likelihood, of all chains or of each (None: 1).
 
     Returns
     -------
@@ -685,6 +698,9 @@ def gibbs_precisions(theta, residual, layout, prior, random_state, sample_weight
     else:
         n_samples = np.sum(sample_weight)
         squares = np.einsum("cnm,n->cm", residual**2, sample_weight)
+    if inverse_temperature is not None:
+        power = np.reshape(inverse_temperature, (-1, 1))
+        n_samples, squares = power * n_samples, power * squares
     noise_precision = random_state.gamma(
         0.5 * (a + n_samples), size=(n_chains, layout.n_outputs)
     ) / (0.5 * (a / w + squares))

@@ -34,6 +34,7 @@ Stan Development Team. Stan Reference Manual, "HMC algorithm parameters"
 (windowed adaptation of the step size and a diagonal metric).
 """
 
+import copy
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -96,6 +97,9 @@ class NetworkPosterior:
         point, which the Metropolis test uses, in double precision: the
         chain stays exact for the double-precision posterior
         (:class:`~sklearn_meanfield.hmc._sampler.SplitTarget`).
+    inverse_temperature : float, ndarray of shape (n_chains,) or None, default=None
+        Power of the likelihood, of all chains or of each (None: 1), set
+        by :meth:`tempered`.
 
     Attributes
     ----------
@@ -113,6 +117,7 @@ class NetworkPosterior:
     prior: object
     sample_weight: np.ndarray = None
     gradient_dtype: type = np.float64
+    inverse_temperature: object = None
     X_augmented_T: np.ndarray = field(init=False)
     X_sq_sum: np.ndarray = field(init=False)
     n_weighted: float = field(init=False)
@@ -139,30 +144,36 @@ class NetworkPosterior:
         object.__setattr__(self, "_kick_data", kick_data)
 
     def tempered(self, inverse_temperature):
-        """The posterior with every row's log likelihood raised to a power.
+        """The posterior with the likelihood raised to a power.
 
         Parameters
         ----------
-        inverse_temperature : float in (0, 1]
-            The power: every row's weight is multiplied by it, in the
-            potential, its gradient, the Gibbs step of the noise precisions,
-            the rescaling moves and the step sizes.
+        inverse_temperature : float in (0, 1] or ndarray of shape (n_chains,)
+            The power, of all chains or of each (replicas at several
+            temperatures advance as one batch).  It multiplies the noise
+            precisions the weights see (:meth:`effective_noise_precision`)
+            in the potential, its gradient, the rescaling moves and the step
+            sizes, which is the likelihood to that power up to a constant in
+            the weights, and every row's count in the Gibbs step of the
+            noise precisions.
 
         Returns
         -------
         posterior : NetworkPosterior
-            ``self`` when the power is 1.
+            ``self`` when the power is 1; the data are shared, not copied.
         """
-        if inverse_temperature == 1.0:
+        if np.ndim(inverse_temperature) == 0 and inverse_temperature == 1.0:
             return self
-        weights = (
-            np.full(self.X.shape[0], inverse_temperature)
-            if self.sample_weight is None
-            else inverse_temperature * self.sample_weight
-        )
-        return NetworkPosterior(
-            self.X, self.Y, self.layout, self.prior, weights, self.gradient_dtype
-        )
+        tempered = copy.copy(self)
+        object.__setattr__(tempered, "inverse_temperature", inverse_temperature)
+        return tempered
+
+    def effective_noise_precision(self, noise_precision):
+        """The noise precisions, (n_chains, n_outputs), times each chain's
+        power of the likelihood: what the weights see."""
+        if self.inverse_temperature is None:
+            return noise_precision
+        return np.reshape(self.inverse_temperature, (-1, 1)) * noise_precision
 
     def target(self, noise_precision, group_precision):
         """The log posterior of the weights given the precisions, and its gradient.
@@ -176,6 +187,7 @@ class NetworkPosterior:
             log density is exact and whose kicks use the fast gradient.
         """
         precision = prior_precision_vector(group_precision, self.layout)
+        noise_precision = self.effective_noise_precision(noise_precision)
         args = (self.X, self.Y, noise_precision, precision, self.layout)
         kwargs = dict(
             X_augmented_T=self.X_augmented_T, sample_weight=self.sample_weight
@@ -200,7 +212,7 @@ class NetworkPosterior:
         """Per-weight step-size scales (:func:`step_scales`)."""
         return step_scales(
             group_precision,
-            noise_precision,
+            self.effective_noise_precision(noise_precision),
             self.X_sq_sum,
             self.n_weighted,
             self.layout,
@@ -334,11 +346,14 @@ def _update_precisions(state, posterior, tuning, random_state):
         posterior.prior,
         random_state,
         weights,
+        inverse_temperature=posterior.inverse_temperature,
     )
+    # The moves see the likelihood to each chain's power.
+    effective_noise = posterior.effective_noise_precision(noise)
     theta, groups, group_accept, network = rescale_groups(
         theta,
         groups,
-        noise,
+        effective_noise,
         X_aug_t,
         Y,
         layout,
@@ -352,7 +367,7 @@ def _update_precisions(state, posterior, tuning, random_state):
     theta, unit_accept = rescale_units(
         theta,
         precision,
-        noise,
+        effective_noise,
         X_aug_t,
         Y,
         layout,
