@@ -10,7 +10,8 @@ results is intended, and say so in the commit.
 The cases cover the code paths a refactor can reach: exact and weight-space
 perceptron, binary and multi-class GP classification with optimised kernels,
 learned label noise, the step likelihood, one-vs-one, short HMC chains with
-ARD and persistence, the ensemble's full and low-rank covariances, and the
+ARD and persistence, annealed and with replica exchange (added in session 14,
+frozen from the code that batches the replicas), the ensemble's full and low-rank covariances, and the
 Bethe RBM's two message-passing methods.
 """
 
@@ -163,6 +164,33 @@ def _cases():
                 random_state=1,
             ),
             *_two_outputs(),
+        ),
+        "hmc_annealed": (
+            smf.HMCNetworkRegressor(
+                hidden_layer_size=3,
+                n_samples=20,
+                n_warmup=30,
+                sampler="hmc",
+                n_leapfrog=10,
+                anneal_warmup=True,
+                n_chains=2,
+                random_state=2,
+            ),
+            *_friedman(),
+        ),
+        "hmc_tempered_chees": (
+            smf.HMCNetworkRegressor(
+                hidden_layer_size=3,
+                n_samples=20,
+                n_warmup=30,
+                sampler="chees",
+                n_leapfrog=10,
+                n_temperatures=3,
+                anneal_warmup=True,
+                n_chains=2,
+                random_state=3,
+            ),
+            *_friedman(),
         ),
         "ensemble_full": (
             smf.EnsembleLearningRegressor(

@@ -46,10 +46,16 @@ def test_tempered_posterior_raises_the_likelihood_to_the_power(weighted):
         tempered = posterior.tempered(beta)
         log_prob, grads[beta] = tempered.target(noise, groups)(theta)
         np.testing.assert_allclose(log_prob, beta * log_lik + log_prior, rtol=1e-12)
-        # The curvature's data term, hence Neal's step scales, scale alike.
-        np.testing.assert_array_equal(
+        assert tempered.n_weighted == pytest.approx(beta * row_weights.sum())
+        # A power per chain: the same posterior, through the noise precisions.
+        per_chain = posterior.tempered(np.full(3, beta))
+        log_prob, grad = per_chain.target(noise, groups)(theta)
+        np.testing.assert_allclose(log_prob, beta * log_lik + log_prior, rtol=1e-12)
+        np.testing.assert_allclose(grad, grads[beta], rtol=1e-12)
+        np.testing.assert_allclose(
+            per_chain.step_scales(noise, groups),
             tempered.step_scales(noise, groups),
-            posterior.step_scales(beta * noise, groups),
+            rtol=1e-14,
         )
     np.testing.assert_allclose(grads[0.6], (grads[0.2] + grads[1.0]) / 2, rtol=1e-10)
     assert posterior.tempered(1.0) is posterior
@@ -63,14 +69,17 @@ def test_tempered_posterior_raises_the_likelihood_to_the_power(weighted):
         np.testing.assert_allclose(grad[c], expected_grad[0], rtol=1e-13)
 
 
-def test_tempered_gibbs_step_of_the_noise_has_the_tempered_conditional():
+@pytest.mark.parametrize("per_chain", [False, True])
+def test_tempered_gibbs_step_of_the_noise_has_the_tempered_conditional(per_chain):
     # The noise precision's conditional under likelihood^beta is
-    # Gamma(a/2 + beta n/2, a/(2w) + beta * RSS/2): mean of 20000 draws.
-    posterior = small_network_posterior(40).tempered(0.05)
+    # Gamma(a/2 + beta n/2, a/(2w) + beta * RSS/2): mean of 20000 draws,
+    # tempered through the row weights or with a power per chain.
+    n_draws = 20000
+    power = np.full(n_draws, 0.05) if per_chain else 0.05
+    posterior = small_network_posterior(40).tempered(power)
     layout, prior = posterior.layout, posterior.prior
     theta = np.random.default_rng(2).normal(size=(1, layout.n_params))
     residual = posterior.Y - network_outputs(theta, posterior.X, layout)
-    n_draws = 20000
     _, noise = gibbs_precisions(
         np.repeat(theta, n_draws, axis=0),
         np.repeat(residual, n_draws, axis=0),
@@ -135,7 +144,7 @@ def test_chains_sample_the_posterior_itself_after_the_annealing(monkeypatch):
         beta = settings.inverse_temperature(iteration, 60)
         if start <= iteration < end:
             assert beta < 1.0
-            np.testing.assert_allclose(target.inverse_temperature, beta)
+            np.testing.assert_allclose(target.sample_weight, beta)
         else:
             assert target is posterior
     # The recorded draws are the chain's states under the posterior.

@@ -649,7 +649,7 @@ def run_chains(posterior, seeds, settings, on_iteration=None, resume=None):
     """
     ladder = np.asarray(settings.inverse_temperatures, dtype=float)
     n_chains = len(seeds)
-    replica_posteriors = [posterior.tempered(beta) for beta in ladder]
+    replica_posteriors = _replica_posteriors(posterior, ladder, n_chains)
     if resume is None:
         start, n_drawn = 0, 0
         # Replica 0 keeps the chains' own generators: one temperature is the
@@ -728,7 +728,7 @@ def run_chains(posterior, seeds, settings, on_iteration=None, resume=None):
         posteriors = (
             replica_posteriors
             if power == 1.0
-            else [posterior.tempered(power * beta) for beta in ladder]
+            else _replica_posteriors(posterior, power * ladder, n_chains)
         )
         infos = [None] * len(ladder)
         for group in groups:
@@ -794,6 +794,17 @@ def run_chains(posterior, seeds, settings, on_iteration=None, resume=None):
         exchange_rate=None if exchange is None else exchange.rates,
         checkpoint=checkpoint,
     )
+
+
+def _replica_posteriors(posterior, inverse_temperatures, n_chains):
+    """The replicas' tempered posteriors: a power per chain with several
+    replicas (the form rows of a batch share, :func:`_grouped_transition`),
+    row weights with one (the annealing of the plain sampler)."""
+    if len(inverse_temperatures) == 1:
+        return [posterior.tempered(float(inverse_temperatures[0]))]
+    return [
+        posterior.tempered(np.full(n_chains, beta)) for beta in inverse_temperatures
+    ]
 
 
 def _grouped_transition(
