@@ -35,6 +35,7 @@ __all__ = [
     "ChainSettings",
     "iteration_blocks",
     "max_batch_size",
+    "replica_groups",
     "run_chains",
     "sample_chains",
 ]
