@@ -967,11 +967,13 @@ class HMCNetworkRegressor(
             return np.concatenate([np.swapaxes(earlier, 0, 1), later])
 
         theta = joined(previous["parameters"], draws.theta)
-        # The sampler's network outputs at the training inputs, recomputed.
-        outputs = np.stack(
-            [posterior.train_outputs(t) for t in theta[:n_previous]]
-            + list(draws.train_outputs)
-        )
+        # The network outputs at the training inputs that the sampler
+        # computed for the earlier draws, recomputed (one draw at a time, as
+        # the sampler does: the same numbers).
+        outputs = np.empty((n_kept, *draws.train_outputs.shape[1:]))
+        for row, chains_theta in enumerate(theta[:n_previous]):
+            outputs[row] = posterior.train_outputs(chains_theta)
+        outputs[n_previous:] = draws.train_outputs
         n_accepted = np.round(self.acceptance_rate_ * n_previous)
         divergent = joined(previous["diverging"], draws.divergent)
         return draws._replace(
