@@ -266,3 +266,12 @@ def test_the_convergence_warning_suggests_continuing_the_chains():
     assert model.rhat_ > 1.05
     messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
     assert any("warm_start=True and a larger n_samples" in m for m in messages)
+
+
+def test_a_fit_without_warm_start_can_be_continued_after_the_warning():
+    # What the ConvergenceWarning suggests: switch warm_start on and refit.
+    X, y = _data()
+    whole = _model(n_samples=24).fit(X, y)
+    model = _model(n_samples=12).fit(X, y)
+    model.set_params(warm_start=True, n_samples=24).fit(X, y)
+    _assert_same_fit(model, whole)
