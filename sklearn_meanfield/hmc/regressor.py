@@ -225,7 +225,7 @@ def _check_convergence(
             remedy += (
                 " Chains that keep different configurations of the network "
                 "mix through replica exchange (n_temperatures=8, three to "
-                "seven times the time)."
+                "eight times the time)."
             )
         warnings.warn(
             f"The {n_chains} chains disagree: largest split R-hat "
@@ -451,7 +451,7 @@ class HMCNetworkRegressor(
         moves to the posterior's chain.  The replicas of a batch of chains
         advance as one array as far as the processor's cache allows: 8
         temperatures took 2.6-3.3 times the plain fit's time on 200-331
-        rows, 5-7 times on 1000-2000.  Measured with 8 temperatures
+        rows, 6-7.5 times on 1000-2000.  Measured with 8 temperatures
         (``random_state=0``; the largest R-hat over test predictions and log
         hyperparameters): on a two-output problem of 200 rows it falls from
         1.40 to 1.05, where plain chains eight times as long (more than
