@@ -737,8 +737,6 @@ def run_chains(posterior, seeds, settings, on_iteration=None, resume=None):
                 group,
                 states,
                 infos,
-                posterior,
-                power * ladder,
                 posteriors,
                 adaptations,
                 randoms,
@@ -812,8 +810,6 @@ def _grouped_transition(
     group,
     states,
     infos,
-    posterior,
-    inverse_temperatures,
     posteriors,
     adaptations,
     randoms,
@@ -825,9 +821,10 @@ def _grouped_transition(
 
     ``states[k]`` and ``infos[k]`` of every replica ``k`` of the group are
     replaced with its new state and what its transition did.  The rows of
-    replica ``k`` keep its generators, tuning and power of the likelihood, so
-    that every row draws what its replica alone would (the network's matrix
-    products are one per row).
+    replica ``k`` keep its generators, tuning and power of the likelihood
+    (its posterior's per-chain ``inverse_temperature``), so that every row
+    draws what its replica alone would (the network's matrix products are
+    one per row).
     """
     if len(group) == 1:
         (k,) = group
@@ -847,7 +844,9 @@ def _grouped_transition(
         steps = np.concatenate([np.broadcast_to(s, (n_chains,)) for s in n_leapfrog])
     state, info = transition(
         _stacked([states[k] for k in group]),
-        posterior.tempered(np.repeat(inverse_temperatures[group], n_chains)),
+        posteriors[group[0]].tempered(
+            np.concatenate([posteriors[k].inverse_temperature for k in group])
+        ),
         _stacked([adaptations[k].tuning() for k in group]),
         ChainRandom.from_generators([g for k in group for g in randoms[k].generators]),
         n_leapfrog=steps,
