@@ -134,8 +134,15 @@ def _data(n=70, seed=0):
 
 
 def _model(**params):
+    # max_samples=None: every fit keeps n_samples draws (continuation until
+    # the chains agree has tests of its own, test_hmc_continuation.py).
     base = dict(
-        hidden_layer_size=3, n_warmup=30, n_leapfrog=8, n_chains=3, random_state=0
+        hidden_layer_size=3,
+        n_warmup=30,
+        n_leapfrog=8,
+        n_chains=3,
+        random_state=0,
+        max_samples=None,
     )
     base.update(params)
     return HMCNetworkRegressor(**base)

@@ -34,6 +34,7 @@ __all__ = [
     "ChainRandom",
     "ChainSettings",
     "iteration_blocks",
+    "join_draws",
     "max_batch_size",
     "replica_groups",
     "run_chains",
@@ -456,6 +457,52 @@ class ChainDraws(NamedTuple):
     checkpoint: ChainCheckpoint = None
     """Where the chains ended, to continue them; None when a stop request
     ended them early."""
+
+
+def join_draws(earlier, later, train_outputs=None):
+    """The draws of a run of chains followed by those of its continuation.
+
+    Parameters
+    ----------
+    earlier : ChainDraws
+        The draws of a run; ``accepted`` and ``train_outputs`` may be None
+        (the acceptance counts then come from ``accept_rate``).
+    later : ChainDraws
+        The draws of the run resumed from ``earlier.checkpoint``: its frozen
+        settings, exchange rates (counted from the end of warm-up) and
+        checkpoint are those of the joined run.
+    train_outputs : ndarray or None, default=None
+        The network outputs of all the draws, when the caller has them in one
+        array already (saves a copy of the largest array of a fit).
+
+    Returns
+    -------
+    draws : ChainDraws
+        All the draws, draw axis first, as one run with as many draws would
+        have kept them.
+    """
+    n_earlier, n_kept = len(earlier.theta), len(earlier.theta) + len(later.theta)
+
+    def joined(name):
+        return np.concatenate([getattr(earlier, name), getattr(later, name)])
+
+    if train_outputs is None:
+        train_outputs = joined("train_outputs")
+    n_accepted = np.round(earlier.accept_rate * n_earlier) + later.accepted.sum(axis=0)
+    divergent = joined("divergent")
+    return later._replace(
+        theta=joined("theta"),
+        noise_precision=joined("noise_precision"),
+        group_precision=joined("group_precision"),
+        train_outputs=train_outputs,
+        accepted=None if earlier.accepted is None else joined("accepted"),
+        divergent=divergent,
+        accept_rate=n_accepted / n_kept,
+        n_divergent=divergent.sum(axis=0),
+        accept_prob=joined("accept_prob"),
+        n_leapfrog=joined("n_leapfrog"),
+        energy_error=joined("energy_error"),
+    )
 
 
 class _Trace(NamedTuple):

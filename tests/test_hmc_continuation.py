@@ -1,0 +1,174 @@
+"""Chains that have not converged are continued: ``max_samples``.
+
+The reference is a brute-force refit: the fit that continued its chains to
+``k * n_samples`` draws must be, attribute for attribute, the fit made with
+``n_samples = k * n_samples`` from the start, and ``k`` must be what the rule
+gives on those refits' own R-hat: continue while ``1.05 < rhat_ <= 1.2``, up
+to ``max_samples``.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+
+from sklearn_meanfield import HMCNetworkRegressor, _memory
+from sklearn_meanfield.hmc import regressor as hmc_regressor
+
+# Short fits: the refits' convergence warnings are expected (the tests that
+# read the warnings record them).
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
+N_SAMPLES = 40
+
+FITTED = (
+    "parameter_draws_",
+    "noise_precision_draws_",
+    "precision_draws_",
+    "acceptance_rate_",
+    "n_divergent_",
+    "step_size_",
+    "rhat_",
+    "ess_",
+    "loo_error_",
+    "loo_prediction_",
+    "pareto_k_",
+    "n_draws_",
+)
+
+
+def _data():
+    rng = np.random.RandomState(0)
+    X = rng.uniform(-2, 2, size=(40, 1))
+    return X, np.sin(X[:, 0]) + 0.1 * rng.standard_normal(40)
+
+
+def _model(hidden=1, **params):
+    base = dict(
+        hidden_layer_size=hidden,
+        n_samples=N_SAMPLES,
+        n_warmup=60,
+        n_leapfrog=15,
+        n_chains=3,
+        random_state=0,
+    )
+    base.update(params)
+    return HMCNetworkRegressor(**base)
+
+
+def _fit(model, X, y):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        model.fit(X, y)
+    messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
+    return model, messages
+
+
+def _assert_same_fit(a, b):
+    for name in FITTED:
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), name)
+
+
+def _expected_draws(rhat_after, max_draws):
+    """Draws per chain the rule keeps, from the R-hat after each k * n_samples."""
+    n_draws = N_SAMPLES
+    while n_draws < max_draws and 1.05 < rhat_after[n_draws] <= 1.2:
+        n_draws = min(n_draws + N_SAMPLES, max_draws)
+    return n_draws
+
+
+@pytest.mark.parametrize(
+    "hidden, seed, max_samples",
+    [(1, 3, "auto"), (1, 1, "auto"), (2, 1, "auto"), (2, 3, "auto"), (2, 1, 100)],
+)
+def test_continued_chains_equal_one_fit_with_as_many_draws(hidden, seed, max_samples):
+    X, y = _data()
+    max_draws = 4 * N_SAMPLES if max_samples == "auto" else max_samples
+    # Brute force: a fit with every number of draws the rule may stop at.
+    sizes = [*range(N_SAMPLES, max_draws, N_SAMPLES), max_draws]
+    refits = {
+        n: _model(hidden, n_samples=n, max_samples=None, random_state=seed).fit(X, y)
+        for n in sizes
+    }
+    expected = _expected_draws({n: m.rhat_ for n, m in refits.items()}, max_draws)
+    model, messages = _fit(
+        _model(hidden, max_samples=max_samples, random_state=seed, n_jobs=2), X, y
+    )
+    assert model.n_draws_ == expected
+    _assert_same_fit(model, refits[expected])
+    assert model.chain_draws()["parameters"].shape[:2] == (3, expected)
+    if expected > N_SAMPLES and model.rhat_ > 1.05:
+        # Stopped unconverged: the warning says how far the chains went.
+        assert any(f"continued to {expected} draws each" in m for m in messages)
+        assert any(f"max_samples allows {max_draws}" in m for m in messages)
+
+
+def test_the_cases_above_continue_chains_converge_and_stop_at_the_cap():
+    # The rule's paths, on the data and seeds above (brute force as there):
+    # continued until R-hat <= 1.05, continued to max_samples, not at all.
+    X, y = _data()
+    outcomes = set()
+    for hidden, seed in [(1, 3), (1, 1), (2, 1), (2, 3), (2, 0)]:
+        model, _ = _fit(_model(hidden, random_state=seed), X, y)
+        if model.n_draws_ == N_SAMPLES:
+            outcomes.add("kept")
+        elif model.n_draws_ == 4 * N_SAMPLES and model.rhat_ > 1.05:
+            outcomes.add("capped")
+        elif model.rhat_ <= 1.05:
+            outcomes.add("converged")
+    assert {"converged", "kept"} <= outcomes
+
+
+@pytest.mark.parametrize(
+    "hidden, seed, max_samples",
+    [(1, 3, None), (2, 0, "auto")],  # (2, 0): chains held apart, R-hat > 1.2
+)
+def test_chains_not_continued_keep_n_samples(hidden, seed, max_samples):
+    X, y = _data()
+    plain = _model(hidden, max_samples=None, random_state=seed).fit(X, y)
+    model, messages = _fit(
+        _model(hidden, max_samples=max_samples, random_state=seed), X, y
+    )
+    if max_samples == "auto":
+        assert plain.rhat_ > 1.2
+    else:
+        assert 1.05 < plain.rhat_ <= 1.2  # "auto" would have continued these
+    assert model.n_draws_ == N_SAMPLES
+    _assert_same_fit(model, plain)
+    assert not any("continued" in m for m in messages)
+
+
+def test_continuation_stops_where_the_draws_would_not_fit(monkeypatch):
+    X, y = _data()
+    reference = _model(max_samples=None, random_state=3).fit(X, y)
+    assert 1.05 < reference.rhat_ <= 1.2  # it would be continued
+    layout = reference._layout
+    needed = hmc_regressor.sampling_memory_bytes(
+        2 * N_SAMPLES, 3, len(y), layout.n_params, layout.n_outputs, layout.n_groups
+    )
+    # Room for n_samples draws (the fit itself), not for twice as many.
+    monkeypatch.setattr(_memory, "available_memory_bytes", lambda: 0.9 * needed / 0.8)
+    model, messages = _fit(_model(random_state=3), X, y)
+    assert model.n_draws_ == N_SAMPLES
+    _assert_same_fit(model, reference)
+    assert any(f"{2 * N_SAMPLES} draws per chain would not fit" in m for m in messages)
+
+
+def test_a_continued_fit_continues_with_warm_start():
+    X, y = _data()
+    model = _model(warm_start=True, random_state=3).fit(X, y)
+    n_drawn = model.n_draws_
+    assert n_drawn > N_SAMPLES
+    model.set_params(n_samples=n_drawn + N_SAMPLES, max_samples=None).fit(X, y)
+    whole = _model(n_samples=n_drawn + N_SAMPLES, max_samples=None, random_state=3)
+    _assert_same_fit(model, whole.fit(X, y))
+    with pytest.raises(ValueError, match=f"at least the {n_drawn + N_SAMPLES} draws"):
+        model.set_params(n_samples=N_SAMPLES).fit(X, y)
+
+
+def test_max_samples_is_validated():
+    X, y = _data()
+    for bad in (0, 3, "all", 2.5):
+        with pytest.raises(ValueError, match="max_samples"):
+            _model(max_samples=bad).fit(X, y)
