@@ -1297,7 +1297,10 @@ def test_stop_during_the_search_keeps_the_best_point_so_far():
     with pytest.warns(ConvergenceWarning, match="callback asked the fit to stop"):
         stopped.fit(X, y)
     best_theta, best_value = min(evaluations[:6], key=lambda e: e[1])
-    np.testing.assert_array_equal(stopped.kernel_.theta, best_theta)
+    # The same point, up to the exp/log round trip of the kernel's parameters
+    # (numpy's AVX-512 exp and log round it differently in the last bit);
+    # any other evaluation differs by far more.
+    np.testing.assert_allclose(stopped.kernel_.theta, best_theta, rtol=1e-13, atol=0)
     assert stopped.log_marginal_likelihood_value_ == pytest.approx(
         -best_value, rel=1e-9
     )
