@@ -7,6 +7,8 @@ trajectory with a metric, the network sampler's metric against a brute-force
 recomputation from its own states, and independence of the batch / n_jobs.
 """
 
+import functools
+
 import numpy as np
 import pytest
 from hmc_targets import (
@@ -89,21 +91,28 @@ def test_adapted_metric_recovers_known_variances(spread_gaussian_run):
     assert np.all(np.ptp(np.log10(spread_gaussian_run.metric), axis=1) > 2)
 
 
-@pytest.mark.parametrize("estimator", ["variance", "fisher"])
-def test_metric_estimators_on_a_correlated_gaussian(estimator):
-    # sds 0.1, 10 and 1, the first two correlated 0.9. Stan's estimator
-    # takes the marginal variance Sigma_ii; the Fisher-divergence one the
-    # geometric mean of the marginal and the conditional variance
-    # 1 / (Sigma^-1)_ii, here a factor 1 / sqrt(1 - 0.9^2) = 2.3 apart.
+@functools.cache
+def _correlated_gaussian_metric(estimator, seed=1, n_chains=480):
+    """The frozen metric of ``n_chains`` chains on a correlated Gaussian, as
+    ratios to ``estimator``'s expectation (n_chains, 3), with the expectation
+    and that of the other estimator.
+
+    sds 0.1, 10 and 1, the first two correlated 0.9. Stan's estimator takes
+    the marginal variance Sigma_ii; the Fisher-divergence one the geometric
+    mean of the marginal and the conditional variance 1 / (Sigma^-1)_ii,
+    here a factor 1 / sqrt(1 - 0.9^2) = 2.3 apart. The chains start from
+    exact draws; the last window of the 500 warm-up iterations holds n = 200
+    of them.
+    """
     sd = np.array([0.1, 10.0, 1.0])
     corr = np.array([[1.0, 0.9, 0.0], [0.9, 1.0, 0.0], [0.0, 0.0, 1.0]])
     cov = corr * np.outer(sd, sd)
-    n_chains, n = 60, 200  # the last window of 500 warm-up iterations
-    start = np.random.default_rng(1).multivariate_normal(np.zeros(3), cov, n_chains)
+    n = 200
+    start = np.random.default_rng(seed).multivariate_normal(np.zeros(3), cov, n_chains)
     out = adaptive_hmc(
         gaussian_target(np.zeros(3), cov),
         start,
-        ChainRandom(range(n_chains)),
+        ChainRandom(np.random.SeedSequence(seed).spawn(n_chains)),
         n_warmup=500,
         n_samples=1,
         step_size=0.1,
@@ -116,16 +125,50 @@ def test_metric_estimators_on_a_correlated_gaussian(estimator):
     expected, other = (
         (marginal, fisher) if estimator == "variance" else (fisher, marginal)
     )
-    ratio = out.metric**2 / expected
-    # The chains' average within 6% and 4 standard errors (the ratio of two
-    # variance estimates is biased by their relative variance, about 1%).
-    # For the independent unit coordinate the gradient is -q: the Fisher
-    # estimate is exactly 1 in every chain.
-    error = ratio.std(axis=0, ddof=1) / np.sqrt(n_chains)
-    assert np.all(np.abs(ratio.mean(axis=0) - 1) <= np.minimum(4 * error, 0.06))
-    # The other estimator's expectation is off by a factor 2.7 or more on the
-    # correlated pair.
-    assert np.all(np.abs(np.log(ratio.mean(axis=0) * expected / other))[:2] > 0.9)
+    return out.metric**2 / expected, expected, other
+
+
+@pytest.mark.parametrize("estimator", ["variance", "fisher"])
+def test_metric_estimators_on_a_correlated_gaussian(estimator):
+    ratio, expected, other = _correlated_gaussian_metric(estimator)
+    mean = ratio.mean(axis=0)
+    error = ratio.std(axis=0, ddof=1) / np.sqrt(len(ratio))  # 0.2-1.0%
+    # Each estimator finds its own expectation, not the other's: they are a
+    # factor 2.7 or more apart on the correlated pair.
+    assert np.all(np.abs(np.log(mean * expected / other))[:2] > 0.9)
+    # Near it: within 4 standard errors of the chains' average plus 5% for
+    # the bias of an estimate from one window of warm-up draws (the step
+    # size adapts on them).  Measured over 10 seeds of 480 chains, with AVX2
+    # and with AVX-512 numpy kernels alike: "variance" -1.0% and -2.9%
+    # (+-0.07%, +-0.3%), "fisher" +4.5% and +1.8% (+-0.14%), every seed
+    # within this bound by 3.8 standard errors or more; see
+    # test_fisher_metric_is_within_one_percent_of_its_expectation.
+    assert np.all(np.abs(mean - 1) <= 0.05 + 4 * error)
+    if estimator == "fisher":
+        # For the independent unit coordinate the gradient is -q: the Fisher
+        # estimate is exactly 1 in every chain.
+        np.testing.assert_array_equal(ratio[:, 2], 1.0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bias: the gradient variances of the warm-up window are "
+    "6.5% low (the step-size adaptation under-samples the narrow direction; "
+    "frozen chains are exact), so the Fisher metric squared is 4.5% and 1.8% "
+    "high on the correlated pair",
+)
+def test_fisher_metric_is_within_one_percent_of_its_expectation():
+    # The ratio of two variance estimates from n_eff ~ 60 draws is biased by
+    # their relative variance, about 1% (measured: the average of the
+    # chains' ratios is 1.3% above the ratio of their averages).  What
+    # fails: the window's gradient variances average 0.934 and 0.940 of
+    # (Sigma^-1)_ii, the positions' 0.99-1.0 of Sigma_ii (1.00 for both
+    # from frozen chains); with the step size alone adapting on a fixed
+    # metric, warm-up draws give 0.93 at target_accept 0.8 and 1.01 at 0.95.
+    ratio, _, _ = _correlated_gaussian_metric("fisher")
+    mean = ratio.mean(axis=0)
+    error = ratio.std(axis=0, ddof=1) / np.sqrt(len(ratio))  # 0.45%
+    assert np.all(np.abs(mean - 1) <= 0.01 + 4 * error)
 
 
 def test_frozen_metric_leaves_the_target_invariant(spread_gaussian_run):
