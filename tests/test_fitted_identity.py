@@ -36,7 +36,6 @@ def reference_environment():
     are named).
     """
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    env.pop("NPY_DISABLE_CPU_FEATURES", None)
     try:
         from numpy._core._multiarray_umath import (
             __cpu_dispatch__,
@@ -44,13 +43,18 @@ def reference_environment():
         )
     except ImportError:  # another numpy layout: compute with what it has
         return env
+    # Those this process disabled already stay disabled (numpy reports them
+    # as absent).
+    disabled = env.get("NPY_DISABLE_CPU_FEATURES", "").split()
     beyond = [
         name
         for name in __cpu_dispatch__
-        if name.startswith(_BEYOND_REFERENCE) and __cpu_features__.get(name)
+        if name.startswith(_BEYOND_REFERENCE)
+        and __cpu_features__.get(name)
+        and name not in disabled
     ]
     if beyond:
-        env["NPY_DISABLE_CPU_FEATURES"] = " ".join(beyond)
+        env["NPY_DISABLE_CPU_FEATURES"] = " ".join(disabled + beyond)
     return env
 
 
