@@ -408,7 +408,8 @@ def run_ours(X, y, X_test, y_test, n_hidden, sampler, quick, seed=0, n_temperatu
         rhat=float(max(np.max(split_rhat(preds)), np.max(split_rhat(hyper)))),
         own_rhat=est.rhat_,
         warned=",".join(kinds) or "-",
-        detail=f"accept {np.mean(est.acceptance_rate_):.2f}, "
+        detail=f"draws {est.n_draws_}/chain, "
+        f"accept {np.mean(est.acceptance_rate_):.2f}, "
         f"divergent {int(np.sum(est.n_divergent_))}" + _leapfrog_detail(est) + detail,
         load=load,
     )
