@@ -1,6 +1,27 @@
-"""Targets of known moments for the HMC sampler tests."""
+"""Targets of known moments for the HMC sampler tests, and what HMC fits share."""
 
 import numpy as np
+
+# The fitted attributes of HMCNetworkRegressor that two fits making the same
+# draws share bit for bit (continued chains against one run).
+FITTED = (
+    "parameter_draws_",
+    "noise_precision_draws_",
+    "precision_draws_",
+    "acceptance_rate_",
+    "n_divergent_",
+    "step_size_",
+    "step_scale_factors_",
+    "trajectory_length_",
+    "exchange_acceptance_",
+    "noise_std_",
+    "rhat_",
+    "ess_",
+    "loo_error_",
+    "loo_prediction_",
+    "loo_log_density_",
+    "pareto_k_",
+)
 
 
 def gaussian_target(mean, cov):

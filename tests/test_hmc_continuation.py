@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
+from hmc_targets import FITTED as FITTED_ATTRIBUTES
 from sklearn.exceptions import ConvergenceWarning
 
 from sklearn_meanfield import HMCNetworkRegressor, _memory
@@ -22,20 +23,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceW
 
 N_SAMPLES = 40
 
-FITTED = (
-    "parameter_draws_",
-    "noise_precision_draws_",
-    "precision_draws_",
-    "acceptance_rate_",
-    "n_divergent_",
-    "step_size_",
-    "rhat_",
-    "ess_",
-    "loo_error_",
-    "loo_prediction_",
-    "pareto_k_",
-    "n_draws_",
-)
+FITTED = (*FITTED_ATTRIBUTES, "n_draws_")
 
 
 def _data():

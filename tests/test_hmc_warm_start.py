@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hmc_targets import small_network_posterior
+from hmc_targets import FITTED, small_network_posterior
 from sklearn.datasets import make_friedman1
 from sklearn.exceptions import ConvergenceWarning
 
@@ -34,25 +34,6 @@ SAMPLER_OPTIONS = [
     {"persistence": 0.5, "anneal": True},
     {"inverse_temperatures": (1.0, 0.6, 0.3)},
 ]
-
-FITTED = (
-    "parameter_draws_",
-    "noise_precision_draws_",
-    "precision_draws_",
-    "acceptance_rate_",
-    "n_divergent_",
-    "step_size_",
-    "step_scale_factors_",
-    "trajectory_length_",
-    "exchange_acceptance_",
-    "noise_std_",
-    "rhat_",
-    "ess_",
-    "loo_error_",
-    "loo_prediction_",
-    "loo_log_density_",
-    "pareto_k_",
-)
 
 
 def _settings(n_samples, **options):
