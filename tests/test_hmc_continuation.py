@@ -160,3 +160,27 @@ def test_max_samples_is_validated():
     for bad in (0, 3, "all", 2.5):
         with pytest.raises(ValueError, match="max_samples"):
             _model(max_samples=bad).fit(X, y)
+
+
+def test_continued_chains_are_callback_subtasks_and_a_stop_keeps_the_draws():
+    pytest.importorskip("sklearn.callback")
+    from callback_helpers import TickDeadline
+
+    X, y = _data()
+    continued = _model(random_state=3).fit(X, y)
+    n_kept = continued.n_draws_
+    assert n_kept > N_SAMPLES
+    # Each run of the chains (the first, then every continuation) has its
+    # own chain subtasks; the callbacks change no draw.
+    recorder = TickDeadline(10**9, task_name="chain")
+    model = _model(random_state=3).set_callbacks(recorder).fit(X, y)
+    assert len(recorder.ended) == 3 * (n_kept // N_SAMPLES)
+    _assert_same_fit(model, continued)
+    # A stop asked once the first run's chains have ended ends the
+    # continuation early: the chains keep the draws made so far, which lead
+    # the uninterrupted ones.
+    stopped = _model(random_state=3).set_callbacks(TickDeadline(3, "chain"))
+    stopped, _ = _fit(stopped, X, y)
+    assert N_SAMPLES < stopped.n_draws_ < n_kept
+    kept = continued.chain_draws()["parameters"][:, : stopped.n_draws_]
+    np.testing.assert_array_equal(stopped.chain_draws()["parameters"], kept)
