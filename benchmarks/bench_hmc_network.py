@@ -301,7 +301,7 @@ def main(argv=None):
                 # Bulk ESS of the network output at the training points, per
                 # chain (draws are stored chain after chain).
                 draws = est.predict_draws(model[0].transform(X))
-                per_chain = draws.reshape(est.n_chains, est.n_samples, -1)
+                per_chain = draws.reshape(est.n_chains, est.n_draws_, -1)
                 ess = effective_sample_size(per_chain)
                 hmc_diag.append(
                     (

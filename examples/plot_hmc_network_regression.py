@@ -84,7 +84,7 @@ ax.legend(loc="lower right")
 # input in the gap and one in the data are traced per chain; the
 # hyperparameters (here the noise) mix within a few iterations while the
 # function in the gap wanders more slowly, which R-hat reports.
-n_chains, n_kept = model.n_chains, model.n_samples
+n_chains, n_kept = model.n_chains, model.n_draws_
 # The noise precision is stored for the internally standardised targets: its
 # inverse square root times the sd of y is the noise sd.
 noise_sd = np.std(y) / np.sqrt(model.noise_precision_draws_[:, 0])

@@ -413,7 +413,7 @@ def test_hmc_stop_keeps_fewer_draws_in_every_chain(n_jobs):
     assert warm.parameter_draws_.shape[0] == 3 * 4
     assert np.all(np.isfinite(warm.predict(X))) and np.isfinite(warm.rhat_)
     n_chains, n_params = 3, full.parameter_draws_.shape[1]
-    by_chain = full.parameter_draws_.reshape(n_chains, full.n_samples, n_params)
+    by_chain = full.parameter_draws_.reshape(n_chains, full.n_draws_, n_params)
     for model, n_kept in [(stopped, 8)]:
         # Every chain keeps the first n_kept draws of the uninterrupted chain.
         expected = by_chain[:, :n_kept].reshape(n_chains * n_kept, n_params)
