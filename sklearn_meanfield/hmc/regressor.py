@@ -265,7 +265,8 @@ def _check_convergence(
             remedy += (
                 " Chains that keep different configurations of the network "
                 "mix through replica exchange (n_temperatures=8, three to "
-                "eight times the time)."
+                "eight times the time per draw; its chains are continued "
+                "until they agree, up to max_samples)."
             )
         warnings.warn(
             f"The {n_chains} chains disagree: largest split R-hat "
