@@ -46,17 +46,23 @@ def test_tempered_posterior_raises_the_likelihood_to_the_power(weighted):
         tempered = posterior.tempered(beta)
         log_prob, grads[beta] = tempered.target(noise, groups)(theta)
         np.testing.assert_allclose(log_prob, beta * log_lik + log_prior, rtol=1e-12)
-        assert tempered.n_weighted == pytest.approx(beta * row_weights.sum())
-        # A power per chain: the same posterior, through the noise precisions.
+        # Every row's weight times beta is the same posterior: the same
+        # gradient and step sizes, through the rows instead of the noise.
+        reweighted = NetworkPosterior(
+            posterior.X, posterior.Y, layout, posterior.prior, beta * row_weights
+        )
+        _, grad = reweighted.target(noise, groups)(theta)
+        np.testing.assert_allclose(grad, grads[beta], rtol=1e-12)
+        np.testing.assert_allclose(
+            reweighted.step_scales(noise, groups),
+            tempered.step_scales(noise, groups),
+            rtol=1e-14,
+        )
+        # A power per chain, the same for every chain.
         per_chain = posterior.tempered(np.full(3, beta))
         log_prob, grad = per_chain.target(noise, groups)(theta)
         np.testing.assert_allclose(log_prob, beta * log_lik + log_prior, rtol=1e-12)
         np.testing.assert_allclose(grad, grads[beta], rtol=1e-12)
-        np.testing.assert_allclose(
-            per_chain.step_scales(noise, groups),
-            tempered.step_scales(noise, groups),
-            rtol=1e-14,
-        )
     np.testing.assert_allclose(grads[0.6], (grads[0.2] + grads[1.0]) / 2, rtol=1e-10)
     assert posterior.tempered(1.0) is posterior
     # A power per chain (replicas batched): each row as its own power gives.
@@ -144,7 +150,7 @@ def test_chains_sample_the_posterior_itself_after_the_annealing(monkeypatch):
         beta = settings.inverse_temperature(iteration, 60)
         if start <= iteration < end:
             assert beta < 1.0
-            np.testing.assert_allclose(target.sample_weight, beta)
+            np.testing.assert_allclose(target.inverse_temperature, beta)
         else:
             assert target is posterior
     # The recorded draws are the chain's states under the posterior.

@@ -843,11 +843,10 @@ def run_chains(posterior, seeds, settings, on_iteration=None, resume=None):
 
 
 def _replica_posteriors(posterior, inverse_temperatures, n_chains):
-    """The replicas' tempered posteriors: a power per chain with several
-    replicas (the form rows of a batch share, :func:`_grouped_transition`),
-    row weights with one (the annealing of the plain sampler)."""
-    if len(inverse_temperatures) == 1:
-        return [posterior.tempered(float(inverse_temperatures[0]))]
+    """The replicas' tempered posteriors, a power per chain (the form rows of
+    a batch share, :func:`_grouped_transition`)."""
+    if len(inverse_temperatures) == 1 and inverse_temperatures[0] == 1.0:
+        return [posterior]  # the plain sampler after its annealing
     return [
         posterior.tempered(np.full(n_chains, beta)) for beta in inverse_temperatures
     ]

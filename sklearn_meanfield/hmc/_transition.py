@@ -97,8 +97,9 @@ class NetworkPosterior:
         point, which the Metropolis test uses, in double precision: the
         chain stays exact for the double-precision posterior
         (:class:`~sklearn_meanfield.hmc._sampler.SplitTarget`).
-    inverse_temperature : ndarray of shape (n_chains,) or None, default=None
-        Power of the likelihood of each chain (None: 1), set by
+    inverse_temperature : float, ndarray of shape (n_chains,) or None, \
+            default=None
+        Power of the likelihood, of all chains or of each (None: 1), set by
         :meth:`tempered`.
 
     Attributes
@@ -146,39 +147,30 @@ class NetworkPosterior:
     def tempered(self, inverse_temperature):
         """The posterior with the likelihood raised to a power.
 
+        The power multiplies the noise precisions the weights see
+        (:meth:`effective_noise_precision`: the likelihood to that power up to
+        a constant in the weights; in the potential, its gradient, the step
+        scales and the rescaling moves) and every row's count in the Gibbs
+        step of the noise precisions.  The data are shared, not copied, and
+        chains at several powers (replicas advanced as one batch) share them
+        too.
+
         Parameters
         ----------
         inverse_temperature : float in (0, 1] or ndarray of shape (n_chains,)
-            The power, of all chains or of each.  A float multiplies every
-            row's weight: in the potential, its gradient, the Gibbs step of
-            the noise precisions, the rescaling moves and the step sizes.
-            Chains at several powers (replicas advanced as one batch) cannot
-            share row weights; a power per chain multiplies the noise
-            precisions the weights see (:meth:`effective_noise_precision`:
-            the likelihood to that power up to a constant in the weights) and
-            every row's count in the Gibbs step of the noise precisions.
-            The two give the same posterior, with other rounding.
+            The power, of all chains or of each.
 
         Returns
         -------
         posterior : NetworkPosterior
-            ``self`` for the power 1; with a power per chain the data are
-            shared, not copied.
+            ``self`` for the power 1 (a float; a power per chain is kept, so
+            that replicas batched together can join their powers).
         """
-        if np.ndim(inverse_temperature) > 0:
-            tempered = copy.copy(self)
-            object.__setattr__(tempered, "inverse_temperature", inverse_temperature)
-            return tempered
-        if inverse_temperature == 1.0:
+        if np.ndim(inverse_temperature) == 0 and inverse_temperature == 1.0:
             return self
-        weights = (
-            np.full(self.X.shape[0], inverse_temperature)
-            if self.sample_weight is None
-            else inverse_temperature * self.sample_weight
-        )
-        return NetworkPosterior(
-            self.X, self.Y, self.layout, self.prior, weights, self.gradient_dtype
-        )
+        tempered = copy.copy(self)
+        object.__setattr__(tempered, "inverse_temperature", inverse_temperature)
+        return tempered
 
     def effective_noise_precision(self, noise_precision):
         """The noise precisions, (n_chains, n_outputs), times each chain's
