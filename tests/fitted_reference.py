@@ -14,7 +14,9 @@ The cases cover the code paths a refactor can reach: exact and weight-space
 perceptron, binary and multi-class GP classification with optimised kernels,
 learned label noise, the step likelihood, one-vs-one, short HMC chains with
 ARD and persistence, annealed and with replica exchange (added in session
-14, frozen from the code that batches the replicas), the ensemble's full and
+14, frozen from the code that batches the replicas; the annealed case frozen
+again in session 15, when the annealing took the replicas' form of
+tempering), the ensemble's full and
 low-rank covariances, and the Bethe RBM's two message-passing methods.
 """
 
