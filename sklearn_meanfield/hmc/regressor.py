@@ -573,13 +573,13 @@ class HMCNetworkRegressor(
         ``"auto"`` anneals on 2000 rows or more (the sum of
         ``sample_weight``), where it was measured to pay: on friedman1 the
         largest R-hat (test predictions and log hyperparameters) falls from
-        1.51-1.73 to 1.26-1.34 with 2000 rows (three seeds) and ``rhat_``
-        from 2.40 to 1.55 with 5000, at the same test error.  It is no
-        better with 1000 rows (1.52 and 1.67 against 1.54 and 1.47) and
-        costs a little on a few hundred (1.09-1.20 against 1.02-1.10 with
-        200 and 500 rows), where chains move between configurations anyway
-        and the 200 iterations of cooling are missed from the settling of
-        warm-up.  It costs no gradient evaluations.
+        1.38-1.87 to 1.27-1.59 with 2000 rows (three seeds) and from 2.17
+        to 1.49 with 5000, at the same test error.  On fewer rows it helps
+        some seeds and hurts others (1000 rows: 1.24 and 1.87 against 1.73
+        and 1.37; 500 rows: 1.10 and 1.43 against 1.15 and 1.09), where
+        chains move between configurations anyway and the 200 iterations of
+        cooling are missed from the settling of warm-up.  It costs no
+        gradient evaluations.
     n_temperatures : int, default=1
         Replica exchange (parallel tempering) when above 1: every chain runs
         this many replicas, replica ``k`` sampling the posterior with every
