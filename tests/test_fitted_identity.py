@@ -15,6 +15,7 @@ more).
 """
 
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,11 @@ def reference():
 @pytest.fixture(scope="module")
 def refit(tmp_path_factory):
     """Every case refitted by ``fitted_reference.py`` in a child process."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip(
+            "the frozen reference holds x86 results (numpy's AVX2 kernels); "
+            "other processors round exp, log and tanh otherwise"
+        )
     path = tmp_path_factory.mktemp("refit") / "refit.npz"
     script = Path(__file__).parent / "fitted_reference.py"
     subprocess.run(
