@@ -67,21 +67,36 @@ def _expected_draws(rhat_after, max_draws):
 
 
 @pytest.mark.parametrize(
-    "hidden, seed, max_samples",
-    [(1, 3, "auto"), (1, 1, "auto"), (2, 1, "auto"), (2, 3, "auto"), (2, 1, 100)],
+    "hidden, seed, max_samples, options",
+    [
+        (1, 3, "auto", {}),
+        (1, 1, "auto", {}),
+        (2, 1, "auto", {}),
+        (2, 3, "auto", {}),
+        (2, 1, 100, {}),
+        # Replicas and their exchange counts continue too.
+        (1, 2, "auto", {"n_temperatures": 2}),
+        (2, 4, "auto", {"n_temperatures": 3}),
+    ],
 )
-def test_continued_chains_equal_one_fit_with_as_many_draws(hidden, seed, max_samples):
+def test_continued_chains_equal_one_fit_with_as_many_draws(
+    hidden, seed, max_samples, options
+):
     X, y = _data()
     max_draws = 4 * N_SAMPLES if max_samples == "auto" else max_samples
     # Brute force: a fit with every number of draws the rule may stop at.
     sizes = [*range(N_SAMPLES, max_draws, N_SAMPLES), max_draws]
     refits = {
-        n: _model(hidden, n_samples=n, max_samples=None, random_state=seed).fit(X, y)
+        n: _model(
+            hidden, n_samples=n, max_samples=None, random_state=seed, **options
+        ).fit(X, y)
         for n in sizes
     }
     expected = _expected_draws({n: m.rhat_ for n, m in refits.items()}, max_draws)
     model, messages = _fit(
-        _model(hidden, max_samples=max_samples, random_state=seed, n_jobs=2), X, y
+        _model(hidden, max_samples=max_samples, random_state=seed, n_jobs=2, **options),
+        X,
+        y,
     )
     assert model.n_draws_ == expected
     _assert_same_fit(model, refits[expected])
