@@ -26,7 +26,7 @@ from ._chains import (
     join_draws,
     sample_chains,
 )
-from ._diagnostics import effective_sample_size, rhat_and_bulk_ess, split_rhat
+from ._diagnostics import effective_sample_size, rhat_and_bulk_ess
 from ._network import HyperPrior, NetworkLayout, network_outputs
 from ._tempering import temperature_ladder
 from ._transition import NetworkPosterior
@@ -184,6 +184,7 @@ def _monitored(draws):
 
 def _check_convergence(
     draws,
+    diagnostics,
     sampler="hmc",
     max_leapfrog=None,
     suggest_annealing=False,
@@ -192,8 +193,9 @@ def _check_convergence(
 ):
     """Largest split R-hat and smallest bulk ESS; warn about poor mixing.
 
-    The monitored quantities are the predictions at the training points and
-    the log precisions.  Warns (``ConvergenceWarning``) when a callback
+    ``diagnostics`` is ``rhat_and_bulk_ess(_monitored(draws))``, per
+    quantity: the predictions at the training points and the log
+    precisions.  Warns (``ConvergenceWarning``) when a callback
     stopped the chains in warm-up, when R-hat exceeds 1.05 (naming the worst
     quantity: users act differently on a prediction than on a prior precision
     that mixes slowly, and the remedies of the sampler used: longer
@@ -221,7 +223,7 @@ def _check_convergence(
         )
     outputs = draws.train_outputs
     n_chains = outputs.shape[1]
-    rhat_all, ess_all = rhat_and_bulk_ess(_monitored(draws))
+    rhat_all, ess_all = diagnostics
     rhat, ess = float(np.max(rhat_all)), float(np.min(ess_all))
     if rhat > CONVERGED_RHAT:
         n_pred, n_noise = outputs.shape[2] * outputs.shape[3], outputs.shape[3]
@@ -325,17 +327,22 @@ def continue_until_mixed(draws, posterior, seeds, settings, continuation, **samp
     -------
     draws : ChainDraws
         All the draws, continued or not.
+    diagnostics : tuple of ndarray
+        Split R-hat and bulk ESS of every monitored quantity of ``draws``
+        (:func:`rhat_and_bulk_ess`), computed once per run of the chains:
+        the rule reads the one, the convergence check both.
     note : str
         A sentence for the convergence warning on how far the chains were
         continued, and why not further (empty when they were not).
     """
     reporter = sampling.get("reporter")
     n_initial, note = len(draws.theta), ""
+    diagnostics = rhat_and_bulk_ess(_monitored(draws))
     while draws.checkpoint is not None:
         n_drawn = len(draws.theta)
         if n_drawn >= continuation.max_draws:
             break
-        rhat = float(np.max(split_rhat(_monitored(draws))))
+        rhat = float(np.max(diagnostics[0]))
         if not CONVERGED_RHAT < rhat <= CONTINUE_MAX_RHAT:
             break
         n_draws = min(n_drawn + continuation.step, continuation.max_draws)
@@ -361,13 +368,14 @@ def continue_until_mixed(draws, posterior, seeds, settings, continuation, **samp
             **sampling,
         )
         draws = join_draws(draws, more)
+        diagnostics = rhat_and_bulk_ess(_monitored(draws))
     n_kept = len(draws.theta)
     if n_kept > n_initial:
         note = (
             f" The chains were continued to {n_kept} draws each "
             f"(max_samples allows {continuation.max_draws}).{note}"
         )
-    return draws, note
+    return draws, diagnostics, note
 
 
 class LeaveOneOut(NamedTuple):
@@ -1018,11 +1026,12 @@ class HMCNetworkRegressor(
             draws = sample_chains(posterior, seeds, settings, resume=resume, **sampling)
             if resume is not None:
                 draws = self._after_previous_draws(draws, posterior)
-            draws, continued = continue_until_mixed(
+            draws, diagnostics, continued = continue_until_mixed(
                 draws, posterior, seeds, settings, continuation, **sampling
             )
             rhat, ess = _check_convergence(
                 draws,
+                diagnostics,
                 self.sampler,
                 self.max_leapfrog,
                 suggest_annealing=large and not anneal,
