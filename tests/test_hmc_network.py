@@ -15,6 +15,7 @@ from sklearn_meanfield.hmc._network import (
     prior_precision_vector,
     step_scales,
 )
+from sklearn_meanfield.hmc._redraws import redraw_units
 from sklearn_meanfield.hmc._rescaling import rescale_groups, rescale_units
 from sklearn_meanfield.hmc._transition import NetworkPosterior
 
@@ -261,7 +262,7 @@ def test_unit_rescaling_samples_the_scale_ridge():
     sd = np.full((n_chains, 1), 1.0)
     log_c = []
     for step in range(250):
-        theta, _ = rescale_units(
+        theta, _, _ = rescale_units(
             theta,
             np.tile(precision, (n_chains, 1)),
             np.full((n_chains, 1), noise),
@@ -294,6 +295,187 @@ def test_unit_rescaling_samples_the_scale_ridge():
     sd_exact = np.sqrt(np.sum(weights * (grid[:, 0] - mean) ** 2))
     assert np.mean(log_c) == pytest.approx(mean, abs=0.03)
     assert np.std(log_c) == pytest.approx(sd_exact, rel=0.05)
+
+
+N_ROWS = 12
+
+
+def _exact_unit_moments(X, Y, w2_bias, precision, noise, half_widths, n_grid):
+    """Posterior moments of the one hidden unit (w1, b1, v) of a 1-input
+    network with fixed precisions and output bias, by quadrature over (w1, b1)
+    with v integrated out in closed form: for each grid point the targets
+    minus the bias are Gaussian with covariance z z^T / lambda_v + I / tau,
+    evaluated by a dense Cholesky (no rank-one shortcut)."""
+    w_grid = np.linspace(-half_widths[0], half_widths[0], n_grid)
+    b_grid = np.linspace(-half_widths[1], half_widths[1], n_grid)
+    w, b = (a.ravel() for a in np.meshgrid(w_grid, b_grid, indexing="ij"))
+    z = np.tanh(w[:, None] * X[:, 0] + b[:, None])  # (points, n)
+    n = len(X)
+    log_density = -0.5 * (precision[0] * w**2 + precision[1] * b**2)
+    mean_v, second_v = [], []
+    for k in range(Y.shape[1]):
+        r = Y[:, k] - w2_bias[k]
+        cov = z[:, :, None] * z[:, None, :] / precision[2] + np.eye(n) / noise[k]
+        chol = np.linalg.cholesky(cov)
+        half = np.linalg.solve(chol, np.broadcast_to(r, z.shape)[..., None])[..., 0]
+        log_density += -np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(1) - 0.5 * (
+            half**2
+        ).sum(1)
+        # v | w, b: the Gaussian regression of r on z.
+        a = precision[2] + noise[k] * np.sum(z * z, axis=1)
+        mean = noise[k] * (z @ r) / a
+        mean_v.append(mean)
+        second_v.append(mean**2 + 1 / a)
+    p = np.exp(log_density - log_density.max())
+    p /= p.sum()
+    moments = {"w^2": p @ w**2, "b^2": p @ b**2, "w b": p @ (w * b)}
+    for k in range(Y.shape[1]):
+        moments[f"w v{k}"] = p @ (w * mean_v[k])
+        moments[f"v{k}^2"] = p @ second_v[k]
+    return moments
+
+
+@pytest.mark.parametrize("n_outputs", [1, 2])
+def test_unit_redraws_sample_the_unit_posterior(n_outputs):
+    # Redrawing a unit's incoming weights from the prior and its outgoing
+    # weights from their conditional, accepted on the ratio of marginal
+    # likelihoods, must leave p(w1, b1, v | rest, data) invariant.  With one
+    # hidden unit and fixed precisions and output bias the move alone is an
+    # independence sampler of that 3-D posterior; its sign-free moments are
+    # compared with quadrature (the posterior is symmetric under the sign
+    # flip of the unit, so first moments would prove nothing).
+    layout = NetworkLayout(1, 1, n_outputs, ard=True)
+    rng = np.random.RandomState(5)
+    X = rng.uniform(-2, 2, size=(N_ROWS, 1))
+    signal = np.column_stack(
+        [np.tanh(1.5 * X[:, 0] - 0.5), -0.5 * np.tanh(1.5 * X[:, 0] - 0.5)]
+    )
+    Y = signal[:, :n_outputs] + rng.normal(0, 0.4, size=(N_ROWS, n_outputs))
+    precision = np.array([0.5, 1.0, 0.8])  # w1, b1, w2
+    noise = np.array([1 / 0.4**2, 1 / 0.5**2])[:n_outputs]
+    bias = np.array([0.1, -0.2])[:n_outputs]
+    n_chains = 1000
+    theta = np.zeros((n_chains, layout.n_params))
+    theta[:, -n_outputs:] = bias
+    theta[:, 0] = 1.0
+    prior_precision = np.tile(
+        np.concatenate(
+            [precision, [precision[2]] * (n_outputs - 1), [1.0] * n_outputs]
+        ),
+        (n_chains, 1),
+    )
+    random = ChainRandom(range(n_chains))
+    noise_chains = np.tile(noise, (n_chains, 1))
+    draws, accepted = [], []
+    for step in range(200):
+        theta, accept, _ = redraw_units(
+            theta, prior_precision, noise_chains, augment(X), Y, layout, random
+        )
+        accepted.append(accept.mean())
+        if step >= 40:
+            draws.append(theta.copy())
+    draws = np.concatenate(draws)
+    # Output biases never move.
+    np.testing.assert_array_equal(
+        draws[:, -n_outputs:], np.broadcast_to(bias, (len(draws), n_outputs))
+    )
+    w, b, v = draws[:, 0], draws[:, 1], draws[:, 2 : 2 + n_outputs]
+    sampled = {"w^2": np.mean(w**2), "b^2": np.mean(b**2), "w b": np.mean(w * b)}
+    for k in range(n_outputs):
+        sampled[f"w v{k}"] = np.mean(w * v[:, k])
+        sampled[f"v{k}^2"] = np.mean(v[:, k] ** 2)
+    exact = _exact_unit_moments(X, Y, bias, precision, noise, (7.0, 6.0), 161)
+    assert 0.05 < np.mean(accepted) < 0.9
+    # 160 000 draws of an independence sampler accepting about a third of
+    # its proposals: Monte Carlo error of these moments below 1%.
+    for name, value in exact.items():
+        assert sampled[name] == pytest.approx(value, rel=0.03, abs=0.01), name
+
+
+def test_unit_redraw_accepts_on_the_posterior_over_proposal_ratio():
+    # An independence proposal x' ~ q is accepted with probability
+    # min(1, [p(x') / q(x')] / [p(x) / q(x)]).  Here q is the prior of the
+    # unit's incoming weights times the Gaussian conditional of its outgoing
+    # ones; p is the full network posterior (log_posterior_and_grad, another
+    # code path).  p / q must not depend on the outgoing weights, and the
+    # acceptance probabilities must be that ratio, unit after unit.
+    layout, X, Y, theta, noise, precision = _problem(n_outputs=2)
+    weights = np.linspace(0.5, 2.0, len(X))
+    n_chains, d1, m = theta.shape[0], layout.n_features + 1, layout.n_outputs
+    lam_in, lam_out, _ = layout.augmented.unpack(precision)
+
+    def outgoing_conditional(th, unit):
+        """Mean and precision of the unit's outgoing weights given the rest:
+        the weighted least-squares regression of the residual on the unit."""
+        v1 = layout.augmented.unpack(th)[0]
+        without = th.copy()
+        layout.augmented.unpack(without)[1][:, unit] = 0.0
+        residual = Y - network_outputs(without, X, layout)  # (C, n, m)
+        z = np.tanh(v1[:, :, unit] @ augment(X))  # (C, n)
+        a = lam_out[:, unit] + noise * np.einsum("n,cn->c", weights, z**2)[:, None]
+        return noise * np.einsum("n,cn,cnm->cm", weights, z, residual) / a, a
+
+    def log_ratio_to_proposal(th, unit):
+        v1, w2, _ = layout.augmented.unpack(th)
+        mean, a = outgoing_conditional(th, unit)
+        log_q = 0.5 * np.sum(np.log(a) - a * (w2[:, unit] - mean) ** 2, axis=1)
+        log_q -= 0.5 * np.sum(lam_in[:, :, unit] * v1[:, :, unit] ** 2, axis=1)
+        log_p, _ = log_posterior_and_grad(
+            th, X, Y, noise, precision, layout, sample_weight=weights
+        )
+        return log_p - log_q
+
+    rng = np.random.default_rng(1)
+    for unit in (0, 3):  # p / q is free of the outgoing weights
+        ratios = []
+        for _ in range(3):
+            moved = theta.copy()
+            layout.augmented.unpack(moved)[1][:, unit] = rng.normal(size=(n_chains, m))
+            ratios.append(log_ratio_to_proposal(moved, unit))
+        np.testing.assert_allclose(ratios[1], ratios[0], rtol=1e-9)
+        np.testing.assert_allclose(ratios[2], ratios[0], rtol=1e-9)
+
+    new, accept_prob, network = redraw_units(
+        theta, precision, noise, augment(X), Y, layout, ChainRandom([4, 5, 6]), weights
+    )
+    # The proposals, drawn again from the same generators in the same order.
+    draws = ChainRandom([4, 5, 6])
+    incoming = draws.standard_normal((n_chains, layout.n_hidden, d1))
+    outgoing = draws.standard_normal((n_chains, layout.n_hidden, m))
+    current = theta.copy()
+    for unit in range(layout.n_hidden):
+        proposal = current.copy()
+        v1, w2, _ = layout.augmented.unpack(proposal)
+        v1[:, :, unit] = incoming[:, unit] / np.sqrt(lam_in[:, :, unit])
+        w2[:, unit] = outgoing[:, unit]  # any value: p / q does not depend on it
+        log_ratio = log_ratio_to_proposal(proposal, unit) - log_ratio_to_proposal(
+            current, unit
+        )
+        np.testing.assert_allclose(
+            accept_prob[:, unit], np.exp(np.minimum(log_ratio, 0.0)), rtol=1e-8
+        )
+        # The chains that moved took the proposed unit, with outgoing weights
+        # drawn from their conditional.
+        new_v1, new_w2, _ = layout.augmented.unpack(new)
+        moved = np.any(
+            new_v1[:, :, unit] != layout.augmented.unpack(current)[0][:, :, unit],
+            axis=1,
+        )
+        np.testing.assert_allclose(new_v1[moved, :, unit], v1[moved, :, unit])
+        mean, a = outgoing_conditional(proposal, unit)
+        np.testing.assert_allclose(
+            new_w2[moved, unit], (mean + outgoing[:, unit] / np.sqrt(a))[moved]
+        )
+        current[moved] = proposal[moved]
+        layout.augmented.unpack(current)[1][moved, unit] = new_w2[moved, unit]
+    assert 0 < np.mean(accept_prob) < 1
+    np.testing.assert_allclose(new, current)
+    np.testing.assert_allclose(
+        network.outputs_by_sample(),
+        network_outputs(new, X, layout),
+        rtol=1e-10,
+        atol=1e-12,
+    )
 
 
 # ------------------------------------------------------------- sample weights
@@ -371,8 +553,18 @@ def test_weighted_gibbs_and_rescaling_moves_equal_repeated_rows():
     b = rescale_units(
         theta, precision, noise, augment(Xr), Yr, layout, sd, ChainRandom([7, 8, 9])
     )
-    for u, v in zip(a, b):
+    for u, v in zip(a[:2], b[:2]):
         np.testing.assert_allclose(u, v, rtol=1e-10)
+    # Redraws: the same proposals, the same acceptance probabilities.
+    a = redraw_units(
+        theta, precision, noise, augment(X), Y, layout, ChainRandom([7, 8, 9]), w
+    )
+    b = redraw_units(
+        theta, precision, noise, augment(Xr), Yr, layout, ChainRandom([7, 8, 9])
+    )
+    for u, v in zip(a[:2], b[:2]):
+        np.testing.assert_allclose(u, v, rtol=1e-10)
+    assert 0 < np.mean(a[1]) < 1
 
 
 def test_weighted_chains_follow_the_repeated_rows_chains():

@@ -121,12 +121,14 @@ def test_exchange_leaves_every_tempered_posterior_invariant(parity):
 
 def _sign_problem():
     # One tanh unit: (w1, b1, w2) and (-w1, -b1, -w2) are the same function,
-    # so the posterior gives w2 > 0 probability 1/2 exactly.  On 50 rows of
+    # so the posterior gives w2 > 0 probability 1/2 exactly.  On 400 rows of
     # a clean curve the modes are separated by a likelihood barrier of
-    # hundreds of nats that no trajectory at temperature 1 crosses.
+    # thousands of nats that no trajectory at temperature 1 crosses, and the
+    # posterior of the unit is so narrow that a redraw of it from the prior
+    # (which jumps to either sign) is next to never accepted.
     rng = np.random.default_rng(0)
-    X = rng.uniform(-2, 2, size=(50, 1))
-    Y = np.tanh(2 * X) + 0.1 * rng.normal(size=(50, 1))
+    X = rng.uniform(-2, 2, size=(400, 1))
+    Y = np.tanh(2 * X) + 0.05 * rng.normal(size=(400, 1))
     return NetworkPosterior(
         (X - X.mean()) / X.std(),
         (Y - Y.mean()) / Y.std(),

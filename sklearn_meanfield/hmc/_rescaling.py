@@ -280,6 +280,8 @@ def rescale_units(
     -------
     theta : ndarray of shape (n_chains, n_params)
     accept_prob : ndarray of shape (n_chains, n_hidden)
+    activations : Activations
+        The network at the returned ``theta``, for the next move.
 
     Examples
     --------
@@ -290,7 +292,7 @@ def rescale_units(
     >>> layout = NetworkLayout(2, 3, 1)
     >>> X, Y = rng.normal(size=(20, 2)), rng.normal(size=(20, 1))
     >>> theta = rng.normal(size=(2, layout.n_params))
-    >>> new, accept = rescale_units(
+    >>> new, accept, _ = rescale_units(
     ...     theta, np.ones_like(theta), np.ones((2, 1)), augment(X), Y, layout,
     ...     np.full((2, 3), 0.3), rng)
     >>> # Incoming times outgoing weights of every unit never change.
@@ -334,4 +336,4 @@ def rescale_units(
         pre[:, unit] *= scale[:, None]
         hidden[:, unit] = np.where(accepted[:, None], hidden_new, hidden[:, unit])
         outputs = np.where(accepted[:, None, None], out_new, outputs)
-    return theta, sweep.accept_prob
+    return theta, sweep.accept_prob, Activations(outputs, hidden, pre)

@@ -6,7 +6,8 @@ The sampler is split the way BlackJAX splits its kernels from its drivers:
   priors, and the arrays every iteration reuses.
 * :class:`ChainState` is everything a chain carries from one iteration to the
   next; :func:`transition` maps a state to the next one (Gibbs steps of the
-  precisions, the two rescaling moves, one HMC trajectory) and reports what
+  precisions, the two rescaling moves, the unit redraws, one HMC trajectory)
+  and reports what
   happened in a :class:`ChainInfo`.
 * :class:`WarmupAdaptation` holds what warm-up tunes (the step-size multiplier
   by dual averaging, the rescaling moves' proposal sds, and for the adaptive
@@ -51,6 +52,7 @@ from ._network import (
     prior_precision_vector,
     step_scales,
 )
+from ._redraws import redraw_units
 from ._rescaling import rescale_groups, rescale_units
 from ._sampler import (
     ChEESAdaptation,
@@ -330,18 +332,21 @@ class FrozenTuning(NamedTuple):
 
 
 def _update_precisions(state, posterior, tuning, random_state):
-    """Gibbs steps of the precisions, then both rescaling moves.
+    """Gibbs steps of the precisions, both rescaling moves, the unit redraws.
 
     Each Gibbs step is followed by a joint rescaling of every weight group and
     its precision (Gibbs alone moves the log precision of a group in steps of
     about ``sqrt(2 / group size)``, a slow random walk whenever the prior
-    rather than the data holds the group) and by a rescaling of every hidden
-    unit along its scale ridge; the log posterior, its gradient and the step
-    sizes then follow the new precisions.
+    rather than the data holds the group), by a rescaling of every hidden
+    unit along its scale ridge and by a redraw of every hidden unit from its
+    prior (:func:`~sklearn_meanfield.hmc._redraws.redraw_units`: the jumps
+    between organisations of the hidden units that small steps do not make);
+    the log posterior, its gradient and the step sizes then follow the new
+    precisions.
     """
     layout, X_aug_t, Y = posterior.layout, posterior.X_augmented_T, posterior.Y
     weights, theta = posterior.sample_weight, state.theta
-    # One forward pass serves the Gibbs step and both rescaling moves.
+    # One forward pass serves the Gibbs step and all the moves.
     network = forward(theta, None, layout, X_augmented_T=X_aug_t)
     groups, noise = gibbs_precisions(
         theta,
@@ -368,7 +373,7 @@ def _update_precisions(state, posterior, tuning, random_state):
         activations=network,
     )
     precision = prior_precision_vector(groups, layout)
-    theta, unit_accept = rescale_units(
+    theta, unit_accept, network = rescale_units(
         theta,
         precision,
         effective_noise,
@@ -376,6 +381,17 @@ def _update_precisions(state, posterior, tuning, random_state):
         Y,
         layout,
         tuning.unit_sd,
+        random_state,
+        weights,
+        activations=network,
+    )
+    theta, _, _ = redraw_units(
+        theta,
+        precision,
+        effective_noise,
+        X_aug_t,
+        Y,
+        layout,
         random_state,
         weights,
         activations=network,

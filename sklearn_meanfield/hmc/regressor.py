@@ -482,7 +482,11 @@ class HMCNetworkRegressor(
     rescaling of every weight group and its precision that keeps the
     standardised weights fixed (an interweaving of the centred and non-centred
     parameterisations, which mixes groups the prior rather than the data
-    determines).  Inputs and targets are standardised internally.  Predictions
+    determines), and by redraws of every hidden unit from its prior with its
+    outgoing weights integrated out (independence Metropolis-Hastings
+    proposals, which move a unit to another role in one step where small steps
+    would have to cross a low ridge of the posterior).  Inputs and targets are
+    standardised internally.  Predictions
     average the network over the posterior draws of all chains.
 
     Leave-one-out predictions come from the same draws by Pareto-smoothed
