@@ -37,9 +37,10 @@ y[10] += 1.0
 # The defaults: 10 hidden units, 4 chains of 500 warm-up iterations and 1000
 # draws, 100 leapfrog steps per trajectory; two workers run two chains each.
 # On these data the fit warns that the chains disagree about the precision of
-# the hidden biases (R-hat 1.88 and two divergent trajectories, or 1.55 and
-# one where numpy uses AVX-512 kernels; 1.43 with double-precision kicks;
-# too far apart for more draws to help, so the chains are not continued):
+# the hidden biases (R-hat 1.48 where numpy uses AVX2 kernels, 1.32 and three
+# divergent trajectories where it uses AVX-512 ones; 1.88 and 1.55 before the
+# redraws of hidden units; too far apart for more draws to help, so the
+# chains are not continued):
 # units whose tanh transition sits in the gap or
 # beyond the data have biases the data do not pin down, and their sum of
 # squares drifts slowly.  The traces below show how far the predictions agree.
