@@ -69,10 +69,14 @@ def _expected_draws(rhat_after, max_draws):
 @pytest.mark.parametrize(
     "hidden, seed, max_samples, options",
     [
-        (1, 0, "auto", {}),  # converges after one continuation
-        (2, 1, "auto", {}),  # after three
-        (2, 3, "auto", {}),  # reaches max_samples unconverged
-        (2, 2, "auto", {}),  # rises above 1.2 on the way and stops
+        # Paths of the rule (they differ with numpy's kernels, AVX2 or
+        # AVX-512): converges after one continuation, after three, reaches
+        # max_samples unconverged or rises above 1.2 on the way and stops.
+        (1, 2, "auto", {}),
+        (2, 1, "auto", {}),
+        (2, 3, "auto", {}),
+        (2, 2, "auto", {}),
+        (2, 6, "auto", {}),
         (2, 1, 100, {}),
         # Replicas and their exchange counts continue too.
         (1, 2, "auto", {"n_temperatures": 2}),
@@ -112,7 +116,9 @@ def test_the_cases_above_continue_chains_converge_and_stop_at_the_cap():
     # continued until R-hat <= 1.05, continued to max_samples, not at all.
     X, y = _data()
     outcomes = set()
-    for hidden, seed in [(1, 0), (2, 1), (2, 3), (2, 2), (2, 6)]:
+    # (2, 3) reaches the cap and (2, 6) is kept with AVX-512 kernels, the
+    # other way round with AVX2 ones: every path is covered on both.
+    for hidden, seed in [(1, 2), (2, 1), (2, 3), (2, 6), (2, 4)]:
         model, _ = _fit(_model(hidden, random_state=seed), X, y)
         if model.n_draws_ == N_SAMPLES:
             outcomes.add("kept")
@@ -125,7 +131,7 @@ def test_the_cases_above_continue_chains_converge_and_stop_at_the_cap():
 
 @pytest.mark.parametrize(
     "hidden, seed, max_samples",
-    [(1, 0, None), (2, 6, "auto")],  # (2, 6): chains held apart, R-hat > 1.2
+    [(1, 2, None), (2, 4, "auto")],  # (2, 4): chains held apart, R-hat > 1.2
 )
 def test_chains_not_continued_keep_n_samples(hidden, seed, max_samples):
     X, y = _data()
@@ -144,7 +150,7 @@ def test_chains_not_continued_keep_n_samples(hidden, seed, max_samples):
 
 def test_continuation_stops_where_the_draws_would_not_fit(monkeypatch):
     X, y = _data()
-    reference = _model(max_samples=None, random_state=0).fit(X, y)
+    reference = _model(max_samples=None, random_state=2).fit(X, y)
     assert 1.05 < reference.rhat_ <= 1.2  # it would be continued
     layout = reference._layout
     needed = hmc_regressor.sampling_memory_bytes(
@@ -152,7 +158,7 @@ def test_continuation_stops_where_the_draws_would_not_fit(monkeypatch):
     )
     # Room for n_samples draws (the fit itself), not for twice as many.
     monkeypatch.setattr(_memory, "available_memory_bytes", lambda: 0.9 * needed / 0.8)
-    model, messages = _fit(_model(random_state=0), X, y)
+    model, messages = _fit(_model(random_state=2), X, y)
     assert model.n_draws_ == N_SAMPLES
     _assert_same_fit(model, reference)
     assert any(f"{2 * N_SAMPLES} draws per chain would not fit" in m for m in messages)
@@ -160,11 +166,11 @@ def test_continuation_stops_where_the_draws_would_not_fit(monkeypatch):
 
 def test_a_continued_fit_continues_with_warm_start():
     X, y = _data()
-    model = _model(warm_start=True, random_state=0).fit(X, y)
+    model = _model(warm_start=True, random_state=2).fit(X, y)
     n_drawn = model.n_draws_
     assert n_drawn > N_SAMPLES
     model.set_params(n_samples=n_drawn + N_SAMPLES, max_samples=None).fit(X, y)
-    whole = _model(n_samples=n_drawn + N_SAMPLES, max_samples=None, random_state=0)
+    whole = _model(n_samples=n_drawn + N_SAMPLES, max_samples=None, random_state=2)
     _assert_same_fit(model, whole.fit(X, y))
     with pytest.raises(ValueError, match=f"at least the {n_drawn + N_SAMPLES} draws"):
         model.set_params(n_samples=N_SAMPLES).fit(X, y)
