@@ -555,6 +555,11 @@ def test_weighted_gibbs_and_rescaling_moves_equal_repeated_rows():
     )
     for u, v in zip(a[:2], b[:2]):
         np.testing.assert_allclose(u, v, rtol=1e-10)
+    # The network it hands to the redraws is that of its returned weights.
+    np.testing.assert_allclose(
+        a[2].outputs_by_sample(), network_outputs(a[0], X, layout), rtol=1e-10
+    )
+    assert 0 < np.mean(a[1]) < 1  # moves both taken and refused
     # Redraws: the same proposals, the same acceptance probabilities.
     a = redraw_units(
         theta, precision, noise, augment(X), Y, layout, ChainRandom([7, 8, 9]), w
