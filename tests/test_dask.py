@@ -192,19 +192,29 @@ def test_outer_grid_search_on_dask(client):
 def process_client():
     import dask
 
-    with (
-        dask.config.set({"distributed.scheduler.allowed-failures": 1}),
-        distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            protocol="tcp",
-            host="127.0.0.1",
-            dashboard_address=":0",
-        ) as cluster,
-        distributed.Client(cluster) as dask_client,
-    ):
-        yield dask_client
+    try:
+        with (
+            dask.config.set({"distributed.scheduler.allowed-failures": 1}),
+            distributed.LocalCluster(
+                n_workers=2,
+                threads_per_worker=1,
+                processes=True,
+                protocol="tcp",
+                host="127.0.0.1",
+                dashboard_address=":0",
+            ) as cluster,
+            distributed.Client(cluster) as dask_client,
+        ):
+            yield dask_client
+    except KeyError as error:
+        # On closing, distributed's SpecCluster may still receive the
+        # scheduler's "remove" message of a worker the test killed, which it
+        # has already dropped from its scheduler_info, and raise KeyError with
+        # that worker's address (dask/distributed#5407; seen once in about 20
+        # runs of this module).  By then its workers and scheduler are closed:
+        # a race in its bookkeeping, not a result of the library.
+        if not str(error).startswith("'tcp://127.0.0.1:"):
+            raise
 
 
 class _WorkerKillingRBF(RBF):
