@@ -195,6 +195,9 @@ def redraw_units(
             feature, residual, lam_out[:, unit], noise_precision, sample_weight
         )
         log_ratio = proposed - current
+        # A non-finite ratio (an overflowing unit) rejects, as in the other
+        # moves.
+        log_ratio = np.where(np.isfinite(log_ratio), log_ratio, -np.inf)
         accept_prob[:, unit] = np.exp(np.minimum(log_ratio, 0.0))
         accepted = log_u[:, unit] < log_ratio
         if not np.any(accepted):
