@@ -195,15 +195,7 @@ def process_client():
     try:
         with (
             dask.config.set({"distributed.scheduler.allowed-failures": 1}),
-            distributed.LocalCluster(
-                n_workers=2,
-                threads_per_worker=1,
-                processes=True,
-                protocol="tcp",
-                host="127.0.0.1",
-                dashboard_address=":0",
-            ) as cluster,
-            distributed.Client(cluster) as dask_client,
+            local_dask_client(2, threads_per_worker=1, processes=True) as dask_client,
         ):
             yield dask_client
     except KeyError as error:

@@ -297,9 +297,6 @@ def test_unit_rescaling_samples_the_scale_ridge():
     assert np.std(log_c) == pytest.approx(sd_exact, rel=0.05)
 
 
-N_ROWS = 12
-
-
 def _exact_unit_moments(X, Y, w2_bias, precision, noise, half_widths, n_grid):
     """Posterior moments of the one hidden unit (w1, b1, v) of a 1-input
     network with fixed precisions and output bias, by quadrature over (w1, b1)
@@ -345,12 +342,12 @@ def test_unit_redraws_sample_the_unit_posterior(n_outputs):
     # compared with quadrature (the posterior is symmetric under the sign
     # flip of the unit, so first moments would prove nothing).
     layout = NetworkLayout(1, 1, n_outputs, ard=True)
-    rng = np.random.RandomState(5)
-    X = rng.uniform(-2, 2, size=(N_ROWS, 1))
+    rng, n_rows = np.random.RandomState(5), 12
+    X = rng.uniform(-2, 2, size=(n_rows, 1))
     signal = np.column_stack(
         [np.tanh(1.5 * X[:, 0] - 0.5), -0.5 * np.tanh(1.5 * X[:, 0] - 0.5)]
     )
-    Y = signal[:, :n_outputs] + rng.normal(0, 0.4, size=(N_ROWS, n_outputs))
+    Y = signal[:, :n_outputs] + rng.normal(0, 0.4, size=(n_rows, n_outputs))
     precision = np.array([0.5, 1.0, 0.8])  # w1, b1, w2
     noise = np.array([1 / 0.4**2, 1 / 0.5**2])[:n_outputs]
     bias = np.array([0.1, -0.2])[:n_outputs]
