@@ -36,6 +36,7 @@ def fitted_1d():
     model = HMCNetworkRegressor(
         hidden_layer_size=10,
         n_samples=150,
+        max_samples=None,  # 150 draws per chain, as the tests below count
         n_warmup=150,
         n_leapfrog=50,
         n_chains=4,
