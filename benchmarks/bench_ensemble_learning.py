@@ -104,11 +104,13 @@ def models(quick, n_features):
         ),
     )
     if hasattr(sklearn_meanfield, "HMCNetworkRegressor"):
-        # A short run: 2 chains of 200 warm-up and 200 kept draws.
+        # A short run: 2 chains of 200 warm-up and 200 kept draws, of Neal's
+        # fixed-length HMC (the default before session 17, as measured).
         hmc = dict(
             hidden_layer_size=8,
             n_samples=50 if quick else 200,
             n_warmup=50 if quick else 200,
+            sampler="hmc",
             n_leapfrog=50,
             n_chains=2,
             random_state=0,

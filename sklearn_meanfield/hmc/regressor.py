@@ -538,15 +538,19 @@ class HMCNetworkRegressor(
         from other chains, so the draws do not depend on ``n_jobs`` (nor on
         the other chains), and one chain adapts as well as many.
         ``"hmc"``: every trajectory has ``n_leapfrog`` steps (Neal's Hybrid
-        Monte Carlo, the paper's method).  The adapted trajectories (about
-        250-380 steps on friedman1 from 200 to 5000 rows) cost two to four
-        times as much per draw, and with the redraws of hidden units they
-        make the chains switch between configurations of the network that
-        ``"hmc"``'s 100 steps leave apart: default fits converge (R-hat at
-        most 1.05, within ``max_samples``) on friedman1 with 200 to 1000
-        rows and on the two-output problem of the user guide, where
-        ``"hmc"`` stays at 1.07-1.42 after 4000 draws; ``"hmc"`` is cheaper
-        where both converge (diabetes, friedman1 with 200 rows).
+        Monte Carlo, the paper's method).  The adapted trajectories (160-180
+        steps on diabetes, 220-390 on friedman1 from 200 to 5000 rows) cost
+        two to four times as much per draw, and with the redraws of hidden
+        units they make the chains switch between configurations of the
+        network that ``"hmc"``'s 100 steps leave apart: default fits
+        converge (R-hat at most 1.05, within ``max_samples``) on friedman1
+        with 200 to 2000 rows, on diabetes and on the two-output problem
+        of the user guide, where ``"hmc"`` stays at 1.07-1.17 after 4000
+        draws (friedman1 with 1000 rows: 1.09).  ``"hmc"`` is about twice
+        as fast where both converge (diabetes, friedman1 with 200 rows).
+        The longer trajectories meet a divergent one now and then (a few in
+        thousands of draws, which the fit warns about); ``target_accept``
+        of 0.9 avoided them on the gallery example at the same cost.
     n_leapfrog : int, default=100
         Leapfrog steps per trajectory with ``sampler="hmc"``; the initial
         mean length with ``"chees"``.
