@@ -82,9 +82,9 @@ CONVERGED_RHAT = 1.05
 
 # Chains above CONVERGED_RHAT but at most this continue (max_samples).  With
 # the default sampler="chees" and the redraws of hidden units, every default
-# fit measured whose R-hat after 1000 draws was at most 1.26 came under 1.05
-# within 4000 (friedman1 with 1000 rows: 1.11-1.26 after 1000 draws; 2000
-# rows: 1.07-1.12; the two-output problem: 1.17-1.20), while friedman1 with
+# fit measured whose R-hat after 1000 draws was at most 1.25 came under 1.05
+# within 4000 (friedman1 with 1000 rows: 1.11-1.25 after 1000 draws; 2000
+# rows: 1.07-1.12; the two-output problem: 1.17 and 1.20), while friedman1 with
 # 5000 rows (1.47 after 1000 draws, 1.31 after 4000 at three times the time)
 # needs more than max_samples="auto" allows: it stops at once, in under two
 # minutes, and the warning points to replica exchange.
@@ -520,7 +520,7 @@ class HMCNetworkRegressor(
         measured whose R-hat after 1000 draws was at most 1.3 came under 1.05
         within 4000 draws: friedman1 with 1000 and 2000 rows (1.07-1.25
         after 1000 draws) and the two-output problem of the user guide
-        (1.17-1.20).  Chains further apart (friedman1 with 5000 rows: 1.47,
+        (1.17 and 1.20).  Chains further apart (friedman1 with 5000 rows: 1.47,
         and 1.31 after 4000 draws at three times the time) stop, and the
         warning points to replica exchange (``n_temperatures``).
         ``n_draws_`` is the number of draws each chain kept.
@@ -539,7 +539,7 @@ class HMCNetworkRegressor(
         the other chains), and one chain adapts as well as many.
         ``"hmc"``: every trajectory has ``n_leapfrog`` steps (Neal's Hybrid
         Monte Carlo, the paper's method).  The adapted trajectories (160-180
-        steps on diabetes, 220-390 on friedman1 from 200 to 5000 rows) cost
+        steps on diabetes, 210-370 on friedman1 from 200 to 5000 rows) cost
         two to four times as much per draw, and with the redraws of hidden
         units they make the chains switch between configurations of the
         network that ``"hmc"``'s 100 steps leave apart: default fits
