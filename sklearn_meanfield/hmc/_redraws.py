@@ -37,6 +37,7 @@ Neural Information Processing Systems 5, 475-482.
 import numpy as np
 
 from ._network import Activations, _tanh, forward
+from ._sampler import metropolis_test
 
 __all__ = ["redraw_units", "unit_evidence"]
 
@@ -194,12 +195,9 @@ def redraw_units(
         proposed, mean, precision = unit_evidence(
             feature, residual, lam_out[:, unit], noise_precision, sample_weight
         )
-        log_ratio = proposed - current
-        # A non-finite ratio (an overflowing unit) rejects, as in the other
-        # moves.
-        log_ratio = np.where(np.isfinite(log_ratio), log_ratio, -np.inf)
-        accept_prob[:, unit] = np.exp(np.minimum(log_ratio, 0.0))
-        accepted = log_u[:, unit] < log_ratio
+        accept_prob[:, unit], accepted = metropolis_test(
+            proposed - current, log_u[:, unit]
+        )
         if not np.any(accepted):
             continue
         out_weights = mean + outgoing[:, unit] / np.sqrt(precision)

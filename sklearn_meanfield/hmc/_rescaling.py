@@ -39,6 +39,7 @@ question. Journal of Computational and Graphical Statistics, 20(3), 531-570.
 import numpy as np
 
 from ._network import Activations, _output_layer, _tanh, forward
+from ._sampler import metropolis_test
 
 __all__ = ["rescale_groups", "rescale_units"]
 
@@ -85,9 +86,7 @@ class _Sweep:
         proposed = self.log_lik(outputs)
         with np.errstate(over="ignore", invalid="ignore"):
             log_ratio = log_prior_ratio + proposed - self.current
-        log_ratio = np.where(np.isfinite(log_ratio), log_ratio, -np.inf)
-        self.accept_prob[:, k] = np.exp(np.minimum(log_ratio, 0.0))
-        accepted = self.log_u[:, k] < log_ratio
+        self.accept_prob[:, k], accepted = metropolis_test(log_ratio, self.log_u[:, k])
         self.current = np.where(accepted, proposed, self.current)
         return accepted
 

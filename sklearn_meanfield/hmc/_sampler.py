@@ -68,6 +68,7 @@ __all__ = [
     "hmc_step",
     "leapfrog",
     "metric_windows",
+    "metropolis_test",
     "regularized_variance",
 ]
 
@@ -115,6 +116,37 @@ class SplitTarget(NamedTuple):
     def __call__(self, q):
         """``(log_prob(q), gradient(q))``, the call of a plain target."""
         return self.log_prob(q), self.gradient(q)
+
+
+def metropolis_test(log_ratio, log_uniform):
+    """Metropolis acceptance of proposals with log ratios ``log_ratio``.
+
+    A non-finite ratio (an overflowing proposal) rejects.
+
+    Parameters
+    ----------
+    log_ratio : ndarray
+        Log acceptance ratio of every proposal.
+    log_uniform : ndarray
+        Logs of uniform draws, shaped like ``log_ratio``.
+
+    Returns
+    -------
+    accept_prob : ndarray
+        ``min(1, exp(log_ratio))``, 0 where the ratio is not finite.
+    accepted : ndarray of bool
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._sampler import metropolis_test
+    >>> prob, accepted = metropolis_test(np.array([0.5, np.log(0.25), np.nan]),
+    ...                                  np.log([0.9, 0.3, 0.1]))
+    >>> prob, accepted
+    (array([1.  , 0.25, 0.  ]), array([ True, False, False]))
+    """
+    log_ratio = np.where(np.isfinite(log_ratio), log_ratio, -np.inf)
+    return np.exp(np.minimum(log_ratio, 0.0)), log_uniform < log_ratio
 
 
 def _step_evaluation(target):
