@@ -652,10 +652,11 @@ class HMCNetworkRegressor(
         the chain samples the double-precision posterior exactly either way
         (Neal 2011, section 5.5.5); the single-precision force only perturbs
         the trajectories (by far less than the step size does), which
-        changes the draws but not their distribution.  The perturbation
-        shows in the rare large energy errors: on the gallery example
-        (``sampler="chees"``, two seeds of 16,000 draws) 9 and 13
-        trajectories diverged against 2 and 5 in double precision.
+        changes the draws but not their distribution.  It may add to the
+        rare divergent trajectories: on the gallery example
+        (``sampler="chees"``, two seeds of 16,000 draws) 9 and 13 diverged,
+        against 2 and 5 in double precision (a hint rather than a
+        measurement: they come in clusters, where a chain wanders).
         ``"float64"`` runs the steps in double precision too: draws that
         agree to rounding between fits of the same model in other units
         (integer weights against repeated rows, rescaled inputs), at about
