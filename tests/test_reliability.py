@@ -278,7 +278,7 @@ NON_CONVERGENCE_PATHS = {
     "hmc-divergences": (
         "HMCNetworkRegressor",
         {"n_warmup": 0, "step_size": 3.0, "n_leapfrog": 10, "n_chains": 2},
-        "divergent",
+        "posterior. increase target_accept (it is 0.8).",
     ),
     "ensemble-phases": (
         "EnsembleLearningRegressor",
