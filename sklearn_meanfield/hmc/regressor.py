@@ -542,14 +542,15 @@ class HMCNetworkRegressor(
         from other chains, so the draws do not depend on ``n_jobs`` (nor on
         the other chains), and one chain adapts as well as many.
         ``"hmc"``: every trajectory has ``n_leapfrog`` steps (Neal's Hybrid
-        Monte Carlo, the paper's method).  The adapted trajectories (160-180
+        Monte Carlo, the paper's method).  The adapted trajectories (150-220
         steps on diabetes, 210-370 on friedman1 from 200 to 5000 rows) cost
         two to four times as much per draw, and with the redraws of hidden
         units they make the chains switch between configurations of the
         network that ``"hmc"``'s 100 steps leave apart: default fits
         converge (R-hat at most 1.05, within ``max_samples``) on friedman1
-        with 200 to 2000 rows, on diabetes and on the two-output problem
-        of the user guide, where ``"hmc"`` stays at 1.07-1.17 after 4000
+        with 200 to 2000 rows, on diabetes and on five of six seeds of the
+        two-output problem of the user guide (the sixth ends at 1.052),
+        where ``"hmc"`` stays at 1.07-1.17 after 4000
         draws (friedman1 with 1000 rows: 1.09).  ``"hmc"`` is about twice
         as fast where both converge (diabetes, friedman1 with 200 rows).
         The longer trajectories meet a divergent one now and then (a few in
