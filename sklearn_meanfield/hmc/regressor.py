@@ -282,7 +282,7 @@ def _check_convergence(
         )
     n_divergent = int(np.sum(draws.n_divergent))
     if n_divergent:
-        # 0.85-0.9 removed them in the fits measured at 0.8 (the docstring).
+        # Its value, which the user raises from (its docstring says how far).
         current = "" if target_accept is None else f" (it is {target_accept:g})"
         warnings.warn(
             f"{n_divergent} divergent trajectories after warm-up (energy "
@@ -550,9 +550,9 @@ class HMCNetworkRegressor(
         converge (R-hat at most 1.05, within ``max_samples``) on friedman1
         with 200 to 2000 rows, on diabetes and on five of six seeds of the
         two-output problem of the user guide (the sixth ends at 1.052),
-        where ``"hmc"`` stays at 1.07-1.17 after 4000
-        draws (friedman1 with 1000 rows: 1.09).  ``"hmc"`` is about twice
-        as fast where both converge (diabetes, friedman1 with 200 rows).
+        where ``"hmc"`` stays at 1.07-1.17 after 4000 draws (friedman1 with
+        1000 rows: 1.09).  ``"hmc"`` is about twice as fast where both
+        converge (diabetes, friedman1 with 200 rows).
         The longer trajectories meet a divergent one now and then (a few in
         thousands of draws, which the fit warns about); see
         ``target_accept``.
