@@ -81,13 +81,14 @@ TEMPERING_SUGGESTED_RHAT = 1.1
 CONVERGED_RHAT = 1.05
 
 # Chains above CONVERGED_RHAT but at most this continue (max_samples).  With
-# the default sampler="chees" and the redraws of hidden units, every default
-# fit measured whose R-hat after 1000 draws was at most 1.25 came under 1.05
+# the default sampler="chees" and the redraws of hidden units, the default
+# fits measured whose R-hat after 1000 draws was at most 1.29 came under 1.05
 # within 4000 (friedman1 with 1000 rows: 1.11-1.25 after 1000 draws; 2000
-# rows: 1.07-1.12; the two-output problem: 1.17 and 1.20), while friedman1 with
-# 5000 rows (1.47 after 1000 draws, 1.31 after 4000 at three times the time)
-# needs more than max_samples="auto" allows: it stops at once, in under two
-# minutes, and the warning points to replica exchange.
+# rows: 1.07-1.12; the two-output problem: 1.17-1.29, five seeds) but one
+# (a two-output seed, 1.225 after 1000 draws, 1.052 after 4000), while
+# friedman1 with 5000 rows (1.47 after 1000 draws, 1.31 after 4000 at three
+# times the time) needs more than max_samples="auto" allows: it stops at
+# once, in under two minutes, and the warning points to replica exchange.
 CONTINUE_MAX_RHAT = 1.3
 
 # max_samples="auto": at most this many times n_samples draws per chain.
@@ -282,7 +283,7 @@ def _check_convergence(
         )
     n_divergent = int(np.sum(draws.n_divergent))
     if n_divergent:
-        # Its value, which the user raises from (its docstring says how far).
+        # The value to raise it from; its docstring says what was measured.
         current = "" if target_accept is None else f" (it is {target_accept:g})"
         warnings.warn(
             f"{n_divergent} divergent trajectories after warm-up (energy "
@@ -520,11 +521,12 @@ class HMCNetworkRegressor(
         ``n_samples``; None: never continue (every chain keeps
         ``n_samples`` draws).  The continued chains make the draws a fit
         with a larger ``n_samples`` would have made, so the result does not
-        depend on ``n_jobs``.  With the default sampler, every default fit
+        depend on ``n_jobs``.  With the default sampler, the default fits
         measured whose R-hat after 1000 draws was at most 1.3 came under 1.05
-        within 4000 draws: friedman1 with 1000 and 2000 rows (1.07-1.25
-        after 1000 draws) and the two-output problem of the user guide
-        (1.17 and 1.20).  Chains further apart (friedman1 with 5000 rows: 1.47,
+        within 4000 draws, but one: friedman1 with 1000 and 2000 rows
+        (1.07-1.25 after 1000 draws) and five seeds of the two-output
+        problem of the user guide (1.17-1.29), where a sixth (1.225) ends at
+        1.052.  Chains further apart (friedman1 with 5000 rows: 1.47,
         and 1.31 after 4000 draws at three times the time) stop, and the
         warning points to replica exchange (``n_temperatures``).
         ``n_draws_`` is the number of draws each chain kept.
