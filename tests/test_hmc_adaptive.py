@@ -12,7 +12,7 @@ from hmc_targets import (
     small_network_posterior,
 )
 from joblib import parallel_config
-from scipy import integrate, stats
+from scipy import integrate, optimize, stats
 
 from sklearn_meanfield import HMCNetworkRegressor
 from sklearn_meanfield.hmc._chains import ChainRandom, ChainSettings, run_chains
@@ -215,6 +215,62 @@ def test_chees_gradient_is_the_derivative_of_the_criterion():
     np.testing.assert_allclose(
         chees_gradient(q, end, velocity, m, t), numeric, rtol=1e-6
     )
+    # The rate's estimate is t d(criterion / t) / d log t.
+    numeric_rate = (
+        t
+        * (
+            criterion(t * np.exp(h)) / (t * np.exp(h))
+            - criterion(t * np.exp(-h)) / (t * np.exp(-h))
+        )
+        / (2 * h)
+    )
+    np.testing.assert_allclose(
+        chees_gradient(q, end, velocity, m, t, rate=True), numeric_rate, rtol=1e-6
+    )
+
+
+def _expected_vote(trajectory_length, n_dims, rate, n_draws=200_000):
+    """Mean normalised vote of ChEESAdaptation on a standard normal, by Monte
+    Carlo over the exact flow q(t) = q cos t + p sin t from stationarity,
+    centred on the true mean, jitter t = 2 h T with h uniform."""
+    rng = np.random.default_rng(11)
+    q, p = rng.normal(size=(2, n_draws, n_dims))
+    t = 2 * rng.uniform(size=n_draws) * trajectory_length
+    end = q * np.cos(t)[:, None] + p * np.sin(t)[:, None]
+    velocity = -q * np.sin(t)[:, None] + p * np.cos(t)[:, None]
+    new_sq, old_sq = np.sum(end**2, axis=1), np.sum(q**2, axis=1)
+    change = new_sq - old_sq
+    vote = t * change * np.sum(end * velocity, axis=1)
+    bound = t * (new_sq + old_sq) * np.sqrt(new_sq * np.sum(velocity**2, axis=1))
+    if rate:
+        vote, bound = vote - change**2 / 4, bound + (new_sq + old_sq) ** 2 / 4
+    return np.mean(vote / bound)
+
+
+def test_rate_adaptation_finds_the_root_of_its_expected_vote_on_a_gaussian():
+    # The ChEES rate of a standard normal, (1/2 - sin 4T / 8T) / T per
+    # dimension with this jitter, peaks at T = pi/4; the normalised votes
+    # put their root a little later.  Adapted from the first warm-up
+    # iteration, the chains' lengths end there, from a start of 1.
+    root = optimize.brentq(lambda T: _expected_vote(T, 20, rate=True), 0.5, 1.2)
+    assert 0.78 < root < 0.9
+    out = adaptive_hmc(
+        lambda q: (-0.5 * np.sum(q**2, axis=1), -q),
+        np.random.default_rng(0).normal(size=(64, 20)),
+        ChainRandom(range(64)),
+        n_warmup=400,
+        n_samples=10,
+        step_size=0.3,
+        target_accept=0.9,
+        rate_from=0,
+    )
+    assert abs(np.median(out.trajectory_length) / root - 1) < 0.1
+    assert np.percentile(out.trajectory_length, 90) < 1.5 * root
+    # ChEES's own votes, divided by a bound that holds the trajectory's
+    # duration, lose the restoring force of the ChEES optimum (1.12): their
+    # mean vanishes at multiples of pi/2 and is positive in between, like
+    # sin^2 2T, so that per-chain lengths drift to several times it.
+    assert all(_expected_vote(T, 20, rate=False) > 1e-3 for T in (1.2, 2.0, 2.5, 4.0))
 
 
 def test_halton_fills_the_unit_interval_evenly():
@@ -225,12 +281,13 @@ def test_halton_fills_the_unit_interval_evenly():
     np.testing.assert_array_equal(np.sort(values[:7]), np.arange(1, 8) / 8)
 
 
-def test_adaptive_chains_do_not_depend_on_their_batch():
+@pytest.mark.parametrize("sampler", ["chees", "chees_rate"])
+def test_adaptive_chains_do_not_depend_on_their_batch(sampler):
     # Each chain adapts its own trajectory length from its own trajectories:
     # alone or beside others, its draws are the same.
     posterior = small_network_posterior(30)
     settings = ChainSettings(
-        n_samples=15, n_warmup=25, n_leapfrog=8, step_size=0.2, sampler="chees"
+        n_samples=15, n_warmup=25, n_leapfrog=8, step_size=0.2, sampler=sampler
     )
     together = run_chains(posterior, [5, 6, 7], settings)
     alone = run_chains(posterior, [6], settings)
@@ -240,6 +297,31 @@ def test_adaptive_chains_do_not_depend_on_their_batch():
     # The trajectory lengths were adapted, and jittered per iteration.
     assert np.all(together.trajectory_length != 8 * 0.2)
     assert np.all(np.ptp(together.n_leapfrog, axis=0) > 0)
+
+
+def test_chees_rate_switches_after_the_fixed_precisions():
+    # The same chains with "chees" and "chees_rate" make the same first fifth
+    # of warm-up, then adapt their lengths by different votes.
+    posterior = small_network_posterior(30)
+    runs = {}
+    for sampler in ("chees", "chees_rate"):
+        settings = ChainSettings(
+            n_samples=10, n_warmup=25, n_leapfrog=8, step_size=0.2, sampler=sampler
+        )
+        lengths = []
+
+        def record(iteration, state, info, lengths=lengths):
+            lengths.append(info.n_leapfrog)
+
+        runs[sampler] = run_chains(posterior, [3, 4], settings, on_iteration=record)
+        runs[sampler + " steps"] = np.array(lengths)
+    assert ChainSettings(10, 25, 8, 0.2, sampler="chees_rate").rate_from == 5
+    steps, rate_steps = runs["chees steps"], runs["chees_rate steps"]
+    np.testing.assert_array_equal(steps[:6], rate_steps[:6])
+    assert np.any(steps[6:] != rate_steps[6:])
+    assert np.all(
+        runs["chees"].trajectory_length != runs["chees_rate"].trajectory_length
+    )
 
 
 SMALL = dict(hidden_layer_size=3, n_samples=12, n_warmup=20, n_leapfrog=6, n_chains=3)
@@ -368,6 +450,7 @@ def test_to_inference_data_refuses_arviz_1_and_names_the_way_out(
         # Two steps at most: the mean length is pinned at its bound.
         (dict(sampler="chees", max_leapfrog=2), "increase max_leapfrog"),
         (dict(sampler="chees", max_leapfrog=1000), "Increase n_warmup"),
+        (dict(sampler="chees_rate"), "Use sampler='chees'"),
     ],
 )
 def test_convergence_warning_names_the_remedy_of_the_sampler(params, remedy):

@@ -170,13 +170,15 @@ class ChainSettings:
         Momentum persistence of the partial refresh.
     target_accept : float, default=0.8
         Acceptance the step size is adapted to.
-    sampler : {"hmc", "chees"}, default="hmc"
+    sampler : {"hmc", "chees", "chees_rate"}, default="hmc"
         ``"hmc"``: every trajectory has ``n_leapfrog`` steps (Neal).
         ``"chees"``: the mean trajectory length of each chain adapts in
         warm-up (ChEES), starting from ``n_leapfrog`` steps, and every
-        trajectory's length is jittered.
+        trajectory's length is jittered.  ``"chees_rate"``: the same, by
+        the ChEES rate from :attr:`rate_from` on.
     max_leapfrog : int, default=1000
-        Most leapfrog steps of one trajectory with ``"chees"``.
+        Most leapfrog steps of one trajectory with ``"chees"`` or
+        ``"chees_rate"``.
     adapt_mass_matrix : bool or {"variance", "fisher"}, default=False
         Adapt a diagonal metric (factors on Neal's step scales) in Stan's
         windows over the warm-up iterations after the fixed-precision ones
@@ -255,6 +257,28 @@ class ChainSettings:
             return 1.0
         initial = ANNEAL_START_ROWS / n_weighted
         return float(initial ** ((end - iteration) / (end - start)))
+
+    @property
+    def rate_from(self):
+        """Warm-up iteration from which ``"chees_rate"`` lengths follow the ChEES rate.
+
+        The end of the first fifth of warm-up (the iterations with fixed
+        precisions); None for the other samplers.  ChEES before it lets the
+        lengths grow while the chains leave their start; its rate after it
+        shortens them where that costs nothing in the squared distances
+        moved (:meth:`~sklearn_meanfield.hmc._sampler.ChEESAdaptation.use_rate`).
+
+        Examples
+        --------
+        >>> from sklearn_meanfield.hmc._chains import ChainSettings
+        >>> ChainSettings(1000, 500, 100, 0.2, sampler="chees_rate").rate_from
+        100
+        >>> ChainSettings(1000, 500, 100, 0.2, sampler="chees").rate_from is None
+        True
+        """
+        if self.sampler != "chees_rate":
+            return None
+        return self.n_fixed
 
     @property
     def metric_estimator(self):
@@ -633,8 +657,9 @@ def run_chains(posterior, seeds, settings, on_iteration=None, resume=None):
     rescaling moves and an HMC trajectory
     (:func:`~sklearn_meanfield.hmc._transition.transition`).  The step size
     and the rescaling moves adapt during warm-up and are frozen afterwards;
-    with ``settings.sampler == "chees"`` so does each chain's trajectory
-    length, and every iteration's number of leapfrog steps is jittered
+    with ``settings.sampler`` ``"chees"`` or ``"chees_rate"`` so does each
+    chain's trajectory length, and every iteration's number of leapfrog
+    steps is jittered
     (:meth:`~sklearn_meanfield.hmc._transition.WarmupAdaptation.n_leapfrog`);
     with ``settings.adapt_mass_matrix`` so does a diagonal metric, in
     Stan's windows (:meth:`ChainSettings.metric_windows`).  With more than one
@@ -724,12 +749,13 @@ def run_chains(posterior, seeds, settings, on_iteration=None, resume=None):
                 target_accept=settings.target_accept,
                 trajectory_length=(
                     settings.n_leapfrog * settings.step_size
-                    if settings.sampler == "chees"
+                    if settings.sampler != "hmc"
                     else None
                 ),
                 max_leapfrog=settings.max_leapfrog,
                 metric_windows=settings.metric_windows(),
                 metric_estimator=settings.metric_estimator or "variance",
+                rate_from=settings.rate_from,
             )
             for _ in ladder
         ]

@@ -550,6 +550,11 @@ class WarmupAdaptation:
     metric_estimator : {"variance", "fisher"}, default="variance"
         How a window's draws become the metric
         (:class:`~sklearn_meanfield.hmc._sampler.MassMatrixAdaptation`).
+    rate_from : int or None, default=None
+        Warm-up iteration (from 0) from which the trajectory lengths follow
+        the ChEES rate rather than ChEES
+        (:meth:`~sklearn_meanfield.hmc._sampler.ChEESAdaptation.use_rate`);
+        None: ChEES throughout.
 
     Examples
     --------
@@ -576,8 +581,10 @@ class WarmupAdaptation:
         max_leapfrog=1000,
         metric_windows=None,
         metric_estimator="variance",
+        rate_from=None,
     ):
         self.target_accept = target_accept
+        self.rate_from = rate_from
         self.n_params = layout.n_params
         self.iteration = 0
         self.metric = (
@@ -647,6 +654,8 @@ class WarmupAdaptation:
             self.log_group_sd += rate * (info.group_accept - RESCALE_TARGET_ACCEPT)
             self.log_unit_sd += rate * (info.unit_accept - RESCALE_TARGET_ACCEPT)
         if self.chees is not None:
+            if iteration == self.rate_from:
+                self.chees.use_rate()
             step_size = np.exp(self.log_step_size)
             self.chees.update(
                 info.trajectory,

@@ -203,9 +203,10 @@ def _check_convergence(
     stopped the chains in warm-up, when R-hat exceeds 1.05 (naming the worst
     quantity: users act differently on a prediction than on a prior precision
     that mixes slowly, and the remedies of the sampler used: longer
-    trajectories for ``"hmc"``; for ``"chees"``, whose lengths adapt, a
-    larger ``max_leapfrog`` when the adapted lengths came within 10% of
-    their bound, else longer warm-up and more draws; with
+    trajectories for ``"hmc"``; ``"chees"`` for ``"chees_rate"``; for
+    ``"chees"``, whose lengths adapt, a larger ``max_leapfrog`` when the
+    adapted lengths came within 10% of their bound, else longer warm-up and
+    more draws; with
     ``suggest_annealing``, for larger data warmed up without it, also the
     annealed warm-up; continuing the chains with ``warm_start``; with
     ``suggest_tempering``, for a fit without it whose R-hat exceeds
@@ -245,6 +246,12 @@ def _check_convergence(
                 "different configurations of the network mix fastest with "
                 "longer trajectories), or use sampler='chees', which adapts "
                 "the trajectory length."
+            )
+        elif sampler == "chees_rate":
+            remedy = (
+                "Use sampler='chees', whose longer warm-up trajectories help "
+                "chains in different configurations of the network meet, or "
+                "increase n_warmup or n_samples."
             )
         elif np.any(
             draws.trajectory_length >= 0.9 * max_leapfrog * draws.step_size / 2
@@ -534,7 +541,7 @@ class HMCNetworkRegressor(
         Warm-up iterations per chain, discarded.  The hyperparameters are held
         at their prior means for the first fifth of them, and the step size is
         adapted throughout, then frozen so the chain is exact.
-    sampler : {"chees", "hmc"}, default="chees"
+    sampler : {"chees", "chees_rate", "hmc"}, default="chees"
         How long the trajectories are.  ``"chees"``: each chain adapts its
         mean trajectory length during warm-up by the ChEES criterion
         (Hoffman, Radul and Sountsov 2021) from its own trajectories,
@@ -558,6 +565,17 @@ class HMCNetworkRegressor(
         The longer trajectories meet a divergent one now and then (a few in
         thousands of draws, which the fit warns about); see
         ``target_accept``.
+        ``"chees_rate"``: as ``"chees"`` for the first fifth of warm-up, then
+        by the ChEES rate, ChEES per gradient evaluation (as SNAPER-HMC,
+        Sountsov and Hoffman 2022, normalises its criterion), which
+        shortens the trajectories where a shorter one moves the chains
+        nearly as far.  On an easy posterior it is about twice as fast:
+        diabetes, six seeds, 26-120 steps and 67-114 effective draws per
+        second of the test predictions against 31-74 for ``"chees"`` and
+        38-71 for NumPyro's NUTS.  Where the chains must find the network's
+        configurations it converges less often: on the two-output problem
+        R-hat after 1000 draws was 1.15-1.36 over eight seeds (two above
+        1.3, which stop and warn) against 1.05-1.29 (none) for ``"chees"``.
     n_leapfrog : int, default=100
         Leapfrog steps per trajectory with ``sampler="hmc"``; the initial
         mean length with ``"chees"``.
@@ -887,7 +905,7 @@ class HMCNetworkRegressor(
             None,
         ],
         "n_warmup": [Interval(Integral, 0, None, closed="left")],
-        "sampler": [StrOptions({"chees", "hmc"})],
+        "sampler": [StrOptions({"chees", "chees_rate", "hmc"})],
         "n_leapfrog": [Interval(Integral, 1, None, closed="left")],
         "max_leapfrog": [Interval(Integral, 1, None, closed="left")],
         "adapt_mass_matrix": ["boolean", StrOptions({"fisher", "variance"})],
