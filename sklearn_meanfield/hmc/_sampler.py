@@ -570,8 +570,8 @@ class ChEESAdaptation:
     per gradient evaluation, is largest at a shorter length wherever a
     shorter trajectory already moves the squared distances nearly as far.
     Its votes have a root: on that normal the lengths settle at 0.85-0.89
-    (medians of two runs), by the root of the votes' mean, 0.83 (the
-    rate's own maximum is pi/4).
+    (medians over 64 chains, four runs), by the root of the votes' mean,
+    0.83 (the rate's own maximum is pi/4).
 
     Parameters
     ----------
