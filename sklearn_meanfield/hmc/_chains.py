@@ -266,7 +266,7 @@ class ChainSettings:
         precisions); None for the other samplers.  ChEES before it lets the
         lengths grow while the chains leave their start; its rate after it
         shortens them where that costs nothing in the squared distances
-        moved (:meth:`~sklearn_meanfield.hmc._sampler.ChEESAdaptation.use_rate`).
+        moved (:class:`~sklearn_meanfield.hmc._sampler.ChEESAdaptation`).
 
         Examples
         --------

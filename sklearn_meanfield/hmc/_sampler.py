@@ -563,12 +563,13 @@ class ChEESAdaptation:
     posterior that drift keeps warm-up trajectories long while the chains
     find the network's configurations, which pays.
 
-    After :meth:`use_rate` the votes follow the ChEES rate instead
-    (``rate=True`` of :func:`chees_gradient`; the bound gains the
-    trajectory's ``(|q' - m|^2 + |q - m|^2)^2 / 4``): ChEES grows with ``T``
-    until trajectories turn back, whatever they cost, while its rate, ChEES
-    per gradient evaluation, is largest at a shorter length wherever a
-    shorter trajectory already moves the squared distances nearly as far.
+    From update ``rate_from`` (counted from 0) on, the votes follow the
+    ChEES rate instead (``rate=True`` of :func:`chees_gradient`; the bound
+    gains the trajectory's ``(|q' - m|^2 + |q - m|^2)^2 / 4``): ChEES grows
+    with ``T`` until trajectories turn back, whatever they cost, while its
+    rate, ChEES per gradient evaluation, is largest at a shorter length
+    wherever a shorter trajectory already moves the squared distances
+    nearly as far.
     Its votes have a root: on that normal the lengths settle at 0.85-0.89
     (medians over 64 chains, four runs), by the root of the votes' mean,
     0.83 (the rate's own maximum is pi/4).
@@ -579,6 +580,9 @@ class ChEESAdaptation:
         Initial mean duration.
     learning_rate : float, default=0.05
     centre_window : float, default=50.0
+    rate_from : int or None, default=None
+        Update (from 0) from which the votes follow the ChEES rate; the
+        iterate average restarts there.  None: ChEES throughout.
 
     Examples
     --------
@@ -589,7 +593,9 @@ class ChEESAdaptation:
     array([10,  4])
     """
 
-    def __init__(self, trajectory_length, learning_rate=0.05, centre_window=50.0):
+    def __init__(
+        self, trajectory_length, learning_rate=0.05, centre_window=50.0, rate_from=None
+    ):
         self.log_length = np.log(np.asarray(trajectory_length, dtype=float))
         self.log_length_bar = self.log_length.copy()
         self.learning_rate = learning_rate
@@ -599,12 +605,9 @@ class ChEESAdaptation:
         self.t = 0
         self.centre = None
         self.n_seen = 0
+        self.rate_from = rate_from
+        self.n_calls = 0
         self.rate = False
-
-    def use_rate(self):
-        """Follow the ChEES rate from now on; the iterate average restarts."""
-        self.rate = True
-        self.restart(0.0)
 
     @property
     def trajectory_length(self):
@@ -642,6 +645,11 @@ class ChEESAdaptation:
             Bounds of ``T``: a step, and the longest trajectory allowed, at
             the current step sizes.
         """
+        if self.n_calls == self.rate_from:
+            # The ChEES rate from now on; the iterate average restarts.
+            self.rate = True
+            self.restart(0.0)
+        self.n_calls += 1
         self.t += 1
         centre = step.start if self.centre is None else self.centre
         start, proposal = step.start / scales, step.proposal / scales
@@ -986,7 +994,7 @@ def adaptive_hmc(
         estimator of :class:`MassMatrixAdaptation` (True: ``"fisher"``).
     rate_from : int or None, default=None
         Warm-up iteration (from 0) from which ``T`` follows the ChEES rate
-        (:meth:`ChEESAdaptation.use_rate`); None: ChEES throughout.
+        (``rate_from`` of :class:`ChEESAdaptation`); None: ChEES throughout.
 
     Returns
     -------
@@ -1011,7 +1019,9 @@ def adaptive_hmc(
     log_prob, grad = log_prob_and_grad(q)
     dual = DualAveraging(np.full(n_chains, np.log(step_size)), target=target_accept)
     log_step = dual.log_value
-    chees = ChEESAdaptation(np.full(n_chains, float(trajectory_length)))
+    chees = ChEESAdaptation(
+        np.full(n_chains, float(trajectory_length)), rate_from=rate_from
+    )
     estimator = _resolve_estimator(adapt_mass_matrix)
     metric = MassMatrixAdaptation(
         q.shape,
@@ -1044,8 +1054,6 @@ def adaptive_hmc(
         q, log_prob, grad = step.q, step.log_prob, step.grad
         if iteration < n_warmup:
             if n_leapfrog is None:
-                if iteration == rate_from:
-                    chees.use_rate()
                 chees.update(
                     step,
                     metric_scales,

@@ -553,7 +553,8 @@ class WarmupAdaptation:
     rate_from : int or None, default=None
         Warm-up iteration (from 0) from which the trajectory lengths follow
         the ChEES rate rather than ChEES
-        (:meth:`~sklearn_meanfield.hmc._sampler.ChEESAdaptation.use_rate`);
+        (``rate_from`` of
+        :class:`~sklearn_meanfield.hmc._sampler.ChEESAdaptation`);
         None: ChEES throughout.
 
     Examples
@@ -584,7 +585,6 @@ class WarmupAdaptation:
         rate_from=None,
     ):
         self.target_accept = target_accept
-        self.rate_from = rate_from
         self.n_params = layout.n_params
         self.iteration = 0
         self.metric = (
@@ -604,7 +604,9 @@ class WarmupAdaptation:
         self.chees = (
             None
             if trajectory_length is None
-            else ChEESAdaptation(np.full(n_chains, float(trajectory_length)))
+            else ChEESAdaptation(
+                np.full(n_chains, float(trajectory_length)), rate_from=rate_from
+            )
         )
 
     def tuning(self):
@@ -654,8 +656,6 @@ class WarmupAdaptation:
             self.log_group_sd += rate * (info.group_accept - RESCALE_TARGET_ACCEPT)
             self.log_unit_sd += rate * (info.unit_accept - RESCALE_TARGET_ACCEPT)
         if self.chees is not None:
-            if iteration == self.rate_from:
-                self.chees.use_rate()
             step_size = np.exp(self.log_step_size)
             self.chees.update(
                 info.trajectory,
