@@ -1,6 +1,7 @@
 """HMCNetworkRegressor against the truth of generated data and brute-force refits."""
 
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from sklearn_meanfield import HMCNetworkRegressor, _memory
 from sklearn_meanfield.hmc import regressor
-from sklearn_meanfield.hmc._network import network_outputs
+from sklearn_meanfield.hmc._network import NetworkLayout, network_outputs
 
 # Fits in this file are short on purpose (the defaults keep 1000 draws per
 # chain); their R-hat is often above 1.05, which the estimator rightly reports.
@@ -210,6 +211,78 @@ def test_short_run_warns_about_convergence():
     assert any("k-hat" in m for m in messages)
     assert np.all(np.isfinite(model.predict(X)))
     assert np.isfinite(model.loo_error_)
+
+
+def _worst_at(index, n_samples, n_outputs, layout):
+    """Diagnostics whose largest R-hat is at monitored quantity ``index``."""
+    n_quantities = n_samples * n_outputs + n_outputs + layout.n_groups
+    rhat = np.full(n_quantities, 1.01)
+    rhat[index] = 1.4
+    return rhat, np.full(n_quantities, 100.0)
+
+
+@pytest.mark.parametrize(
+    "ard, n_outputs, index, named",
+    [
+        # Quantities in the order _monitored stacks them: 5 samples x outputs,
+        # the noise precisions, then the groups W1[0..2] (or W1), b1, W2, b2.
+        (True, 1, 3, "the prediction at training sample 3"),
+        (True, 2, 7, "the prediction at training sample 3 (output 1)"),
+        (True, 1, 5, "the noise precision"),
+        (True, 2, 11, "the noise precision of output 1"),
+        (True, 1, 7, "the relevance precision of input 1 ('bmi'), column 1"),
+        (False, 1, 6, "the precision of the input-to-hidden weights, column 0"),
+        (True, 1, 9, "the precision of the hidden biases, column 3"),
+        (True, 2, 16, "the precision of the hidden-to-output weights, column 4"),
+        (False, 1, 9, "the precision of the output biases, column 3"),
+    ],
+)
+def test_convergence_warning_names_the_worst_quantity(ard, n_outputs, index, named):
+    layout = NetworkLayout(n_features=3, n_hidden=2, n_outputs=n_outputs, ard=ard)
+    draws = SimpleNamespace(
+        stopped_in_warmup=False,
+        train_outputs=np.zeros((10, 2, 5, n_outputs)),
+        n_divergent=np.zeros(2, dtype=int),
+    )
+    with pytest.warns(ConvergenceWarning, match="R-hat") as caught:
+        regressor._check_convergence(
+            draws,
+            _worst_at(index, 5, n_outputs, layout),
+            sampler="chees_rate",
+            layout=layout,
+            feature_names=np.array(["age", "bmi", "bp"], dtype=object),
+        )
+    if "column" in named:
+        named += " of precision_draws_"
+    expected = f"R-hat 1.400 > 1.05, for {named} (smallest bulk ESS 100)."
+    assert expected in str(caught[0].message), str(caught[0].message)
+
+
+def test_convergence_warning_names_the_column_of_a_data_frame(monkeypatch):
+    # The fit hands its layout and feature names to the warning: a relevance
+    # precision is named by its column of X.
+    pd = pytest.importorskip("pandas")
+    X, y = one_dimensional(30, seed=5)
+    X = pd.DataFrame({"dose": X[:, 0], "noise": np.random.RandomState(1).rand(30)})
+    n_monitored = 30 + 1 + (2 + 3)  # predictions, noise, W1[0], W1[1], b1, W2, b2
+
+    def second_input_disagrees(monitored):
+        assert monitored.shape[2] == n_monitored
+        rhat, ess = np.full(n_monitored, 1.0), np.full(n_monitored, 500.0)
+        rhat[30 + 1 + 1] = 1.5
+        return rhat, ess
+
+    monkeypatch.setattr(regressor, "rhat_and_bulk_ess", second_input_disagrees)
+    model = HMCNetworkRegressor(
+        hidden_layer_size=3, n_samples=4, n_warmup=2, n_leapfrog=2, n_chains=2
+    )
+    with pytest.warns(ConvergenceWarning, match="R-hat") as caught:
+        model.set_params(random_state=0).fit(X, y)
+    message = next(str(w.message) for w in caught if "R-hat" in str(w.message))
+    assert (
+        "R-hat 1.500 > 1.05, for the relevance precision of input 1 ('noise'), "
+        "column 1 of precision_draws_" in message
+    ), message
 
 
 def test_verbose_reports_chain_progress(capsys):

@@ -86,6 +86,20 @@ class NetworkLayout:
         """Number of weight precisions: W1 groups, b1, W2, b2."""
         return (self.n_features if self.ard else 1) + 3
 
+    def group_names(self):
+        """Names of the weight groups, in the order of their precisions.
+
+        Examples
+        --------
+        >>> from sklearn_meanfield.hmc._network import NetworkLayout
+        >>> NetworkLayout(2, 3, 1).group_names()
+        ['W1[0]', 'W1[1]', 'b1', 'W2', 'b2']
+        >>> NetworkLayout(2, 3, 1, ard=False).group_names()
+        ['W1', 'b1', 'W2', 'b2']
+        """
+        inputs = [f"W1[{j}]" for j in range(self.n_features)] if self.ard else ["W1"]
+        return inputs + ["b1", "W2", "b2"]
+
     def unpack(self, theta):
         """Views ``W1 (C, d, H), b1 (C, H), W2 (C, H, m), b2 (C, m)`` of theta."""
         return self.blocks.unpack(theta)

@@ -561,7 +561,12 @@ class ChEESAdaptation:
     dimensions, 64 chains, 400 iterations: median 4.4, 10th-90th
     percentiles 2.7-8.9, against the ChEES optimum 1.12).  On a network's
     posterior that drift keeps warm-up trajectories long while the chains
-    find the network's configurations, which pays.
+    find the network's configurations, which pays.  Divided by ``T``
+    instead, the votes keep the jitter's weight and their mean has its root
+    at ChEES's optimum (1.12-1.14 on that normal), but default fits were no
+    better for it: faster on friedman1 with 2000 rows, but two of the
+    two-output seeds that converge with ``t`` (0 and 7) no longer do (the
+    user guide's measurements).
 
     From update ``rate_from`` (counted from 0) on, the votes follow the
     ChEES rate instead (``rate=True`` of :func:`chees_gradient`; the bound

@@ -185,6 +185,50 @@ def _monitored(draws):
     ).transpose(1, 0, 2)
 
 
+def _describe_quantity(index, n_samples, n_outputs, layout, feature_names=None):
+    """What monitored quantity ``index`` of :func:`_monitored` is, in words.
+
+    The predictions at the training points come first (sample by sample,
+    outputs within), then the log noise precisions, then the log weight-group
+    precisions, named by what they govern (an input's relevance under ARD,
+    with its feature name when the data had them) and by their column of
+    ``precision_draws_``.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield.hmc._network import NetworkLayout
+    >>> from sklearn_meanfield.hmc.regressor import _describe_quantity
+    >>> layout = NetworkLayout(n_features=2, n_hidden=3, n_outputs=1)
+    >>> _describe_quantity(7, 10, 1, layout)
+    'the prediction at training sample 7'
+    >>> _describe_quantity(11, 10, 1, layout, feature_names=["age", "bmi"])
+    "the relevance precision of input 0 ('age'), column 0 of precision_draws_"
+    >>> _describe_quantity(15, 10, 1, layout)
+    'the precision of the output biases, column 4 of precision_draws_'
+    """
+    n_predictions = n_samples * n_outputs
+    if index < n_predictions:
+        sample, output = divmod(index, n_outputs)
+        of_output = f" (output {output})" if n_outputs > 1 else ""
+        return f"the prediction at training sample {sample}{of_output}"
+    if index < n_predictions + n_outputs:
+        output = index - n_predictions
+        return "the noise precision" + (f" of output {output}" if n_outputs > 1 else "")
+    group = index - n_predictions - n_outputs
+    if layout is None:
+        return f"weight-group precision {group}"
+    n_input_groups = layout.n_groups - 3
+    if group < n_input_groups and layout.ard:
+        name = "" if feature_names is None else f" ({feature_names[group]!r})"
+        what = f"the relevance precision of input {group}{name}"
+    elif group < n_input_groups:
+        what = "the precision of the input-to-hidden weights"
+    else:
+        governed = ["hidden biases", "hidden-to-output weights", "output biases"]
+        what = f"the precision of the {governed[group - n_input_groups]}"
+    return f"{what}, column {group} of precision_draws_"
+
+
 def _check_convergence(
     draws,
     diagnostics,
@@ -194,6 +238,8 @@ def _check_convergence(
     suggest_tempering=False,
     continuation="",
     target_accept=None,
+    layout=None,
+    feature_names=None,
 ):
     """Largest split R-hat and smallest bulk ESS; warn about poor mixing.
 
@@ -201,8 +247,9 @@ def _check_convergence(
     quantity: the predictions at the training points and the log
     precisions.  Warns (``ConvergenceWarning``) when a callback
     stopped the chains in warm-up, when R-hat exceeds 1.05 (naming the worst
-    quantity: users act differently on a prediction than on a prior precision
-    that mixes slowly, and the remedies of the sampler used: longer
+    quantity, :func:`_describe_quantity` given the ``layout`` and the
+    ``feature_names``: users act differently on a prediction than on a prior
+    precision that mixes slowly, and the remedies of the sampler used: longer
     trajectories for ``"hmc"``; ``"chees"`` for ``"chees_rate"``; for
     ``"chees"``, whose lengths adapt, a larger ``max_leapfrog`` when the
     adapted lengths came within 10% of their bound, else longer warm-up and
@@ -232,14 +279,9 @@ def _check_convergence(
     rhat_all, ess_all = diagnostics
     rhat, ess = float(np.max(rhat_all)), float(np.min(ess_all))
     if rhat > CONVERGED_RHAT:
-        n_pred, n_noise = outputs.shape[2] * outputs.shape[3], outputs.shape[3]
+        n_samples, n_outputs = outputs.shape[2], outputs.shape[3]
         worst = int(np.argmax(rhat_all))
-        if worst < n_pred:
-            what = f"the prediction at training sample {worst // n_noise}"
-        elif worst < n_pred + n_noise:
-            what = "the noise precision"
-        else:
-            what = f"weight-group precision {worst - n_pred - n_noise}"
+        what = _describe_quantity(worst, n_samples, n_outputs, layout, feature_names)
         if sampler == "hmc":
             remedy = (
                 "Increase n_samples, n_warmup or n_leapfrog (chains in "
@@ -1092,6 +1134,8 @@ class HMCNetworkRegressor(
                 suggest_tempering=self.n_temperatures == 1,
                 continuation=continued,
                 target_accept=self.target_accept,
+                layout=layout,
+                feature_names=getattr(self, "feature_names_in_", None),
             )
             loo = _leave_one_out(draws, Ys, y, sample_weight, self._y_scaler, constant)
             reporter(
@@ -1517,14 +1561,11 @@ class HMCNetworkRegressor(
             "noise_precision": draws["noise_precision"],
             "noise_std": noise_std,
         }
-        groups = (
-            [f"W1[{j}]" for j in range(layout.n_features)] if layout.ard else ["W1"]
-        )
         coords = {
             "input": np.arange(layout.n_features),
             "hidden": np.arange(layout.n_hidden),
             "output": np.arange(layout.n_outputs),
-            "group": groups + ["b1", "W2", "b2"],
+            "group": layout.group_names(),
         }
         dims = {
             "W1": ["input", "hidden"],
