@@ -215,8 +215,6 @@ def _describe_quantity(index, n_samples, n_outputs, layout, feature_names=None):
         output = index - n_predictions
         return "the noise precision" + (f" of output {output}" if n_outputs > 1 else "")
     group = index - n_predictions - n_outputs
-    if layout is None:
-        return f"weight-group precision {group}"
     n_input_groups = layout.n_groups - 3
     if group < n_input_groups and layout.ard:
         name = "" if feature_names is None else f" ({feature_names[group]!r})"
@@ -238,7 +236,8 @@ def _check_convergence(
     suggest_tempering=False,
     continuation="",
     target_accept=None,
-    layout=None,
+    *,
+    layout,
     feature_names=None,
 ):
     """Largest split R-hat and smallest bulk ESS; warn about poor mixing.
@@ -572,10 +571,10 @@ class HMCNetworkRegressor(
         with a larger ``n_samples`` would have made, so the result does not
         depend on ``n_jobs``.  With the default sampler, the default fits
         measured whose R-hat after 1000 draws was at most 1.3 came under 1.05
-        within 4000 draws, but one: friedman1 with 1000 and 2000 rows
-        (1.07-1.25 after 1000 draws) and nine of twelve seeds of the
-        two-output problem of the user guide, where the other three end at
-        1.052-1.072.  Chains further apart (friedman1 with 5000 rows: 1.47,
+        within 4000 draws (friedman1 with 1000 and 2000 rows, 1.07-1.25
+        after 1000 draws; nine of twelve seeds of the two-output problem of
+        the user guide), but three two-output seeds, which end at
+        1.052-1.072 and warn.  Chains further apart (friedman1 with 5000 rows: 1.47,
         and 1.31 after 4000 draws at three times the time) stop, and the
         warning points to replica exchange (``n_temperatures``).
         ``n_draws_`` is the number of draws each chain kept.
