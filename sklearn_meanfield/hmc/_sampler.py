@@ -612,7 +612,11 @@ class ChEESAdaptation:
         self.n_seen = 0
         self.rate_from = rate_from
         self.n_calls = 0
-        self.rate = False
+
+    @property
+    def rate(self):
+        """Whether the votes follow the ChEES rate (from update ``rate_from`` on)."""
+        return self.rate_from is not None and self.n_calls > self.rate_from
 
     @property
     def trajectory_length(self):
@@ -651,8 +655,7 @@ class ChEESAdaptation:
             the current step sizes.
         """
         if self.n_calls == self.rate_from:
-            # The ChEES rate from now on; the iterate average restarts.
-            self.rate = True
+            # The ChEES rate from now on: the iterate average restarts.
             self.restart(0.0)
         self.n_calls += 1
         self.t += 1

@@ -215,15 +215,18 @@ def _describe_quantity(index, n_samples, n_outputs, layout, feature_names=None):
         output = index - n_predictions
         return "the noise precision" + (f" of output {output}" if n_outputs > 1 else "")
     group = index - n_predictions - n_outputs
-    n_input_groups = layout.n_groups - 3
-    if group < n_input_groups and layout.ard:
-        name = "" if feature_names is None else f" ({feature_names[group]!r})"
-        what = f"the relevance precision of input {group}{name}"
-    elif group < n_input_groups:
-        what = "the precision of the input-to-hidden weights"
+    name = layout.group_names()[group]
+    if name.startswith("W1["):  # one group per input (ARD): group = input
+        feature = "" if feature_names is None else f" ({feature_names[group]!r})"
+        what = f"the relevance precision of input {group}{feature}"
     else:
-        governed = ["hidden biases", "hidden-to-output weights", "output biases"]
-        what = f"the precision of the {governed[group - n_input_groups]}"
+        governed = {
+            "W1": "input-to-hidden weights",
+            "b1": "hidden biases",
+            "W2": "hidden-to-output weights",
+            "b2": "output biases",
+        }[name]
+        what = f"the precision of the {governed}"
     return f"{what}, column {group} of precision_draws_"
 
 
