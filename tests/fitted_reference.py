@@ -17,7 +17,8 @@ ARD and persistence, annealed and with replica exchange (added in session
 14, frozen from the code that batches the replicas; the annealed case frozen
 again in session 15, when the annealing took the replicas' form of
 tempering; the four HMC cases frozen again in session 16, when every
-iteration gained the redraws of hidden units), the ensemble's full and
+iteration gained the redraws of hidden units, and in session 21, when the
+network's tanh became numpy's own), the ensemble's full and
 low-rank covariances, and the Bethe RBM's two message-passing methods.
 """
 

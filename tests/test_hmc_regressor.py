@@ -192,9 +192,11 @@ def test_automatic_relevance_determination_finds_irrelevant_inputs():
         random_state=0,
     ).fit(X, y)
     # Posterior median precision of each input's weights (first 3 groups):
-    # the two inputs that carry nothing are shrunk far harder.
+    # the two inputs that carry nothing are shrunk far harder (the smaller
+    # of their two ratios to the relevant input's was 7.2-52 over seeds 0-11,
+    # before and after the gradient took numpy's tanh).
     precision = np.median(model.precision_draws_[:, :3], axis=0)
-    assert precision[1] > 10 * precision[0] and precision[2] > 10 * precision[0]
+    assert precision[1] > 5 * precision[0] and precision[2] > 5 * precision[0]
 
 
 def test_short_run_warns_about_convergence():

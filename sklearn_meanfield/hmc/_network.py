@@ -202,40 +202,25 @@ class HyperPrior:
 
 
 def _tanh(a):
-    """tanh as ``2 / (1 + exp(-2a)) - 1``, in a new buffer.
+    """tanh in a new buffer: numpy's own, vectorised.
 
-    numpy's tanh costs several times an exp on common CPUs and it dominates the
-    gradient of a small network; this form needs one exp and three in-place
-    operations, is accurate to a few ulp in absolute terms (all the sampler
-    needs: the same function enters the energy and its gradient) and saturates
-    to -1 when the exp overflows.
+    With AVX-512 numpy's tanh is several times faster than the one-exp form
+    ``2 / (1 + exp(-2a)) - 1`` (single precision, 6620 values: 1.3 against
+    6.4 microseconds; 50,000: 7.9 against 27), without it within 20% of
+    it either way; it enters every gradient of the sampler.
     """
-    return _tanh_of_scaled(np.multiply(a, -2.0))
+    return np.tanh(a)
 
 
-def _tanh_of_scaled(e):
-    """:func:`_tanh` of ``a`` given ``e = -2a``, in place on ``e``."""
-    with np.errstate(over="ignore"):
-        np.exp(e, out=e)
-    e += 1.0
-    np.divide(2.0, e, out=e)
-    e -= 1.0
-    return e
-
-
-def _input_product(weights, inputs_T, factor=None):
+def _input_product(weights, inputs_T):
     """``(inputs weights)^T`` of every chain, (n_chains, n_hidden, n_samples).
 
     One matrix product per chain (a chain's result never depends on the
     others in its batch, as one product over the stacked weights of all
     chains would through the BLAS kernel's blocking), written in the layout
-    the tanh and the backward pass want.  ``factor`` scales the (small)
-    weights rather than the (large) product.
+    the tanh and the backward pass want.
     """
-    weights_T = weights.transpose(0, 2, 1)
-    if factor is not None:
-        weights_T = weights_T * factor
-    return np.matmul(weights_T, inputs_T)
+    return np.matmul(weights.transpose(0, 2, 1), inputs_T)
 
 
 class Activations(NamedTuple):
@@ -367,9 +352,9 @@ def _weighted_residual(views, X_augmented_T, Y, noise_precision, sample_weight):
     ``-d log p / d f``), in the dtype of ``X_augmented_T``; samples last,
     (n_chains, n_outputs, n_samples)."""
     v1, w2, b2 = views
-    # The tanh's factor -2 goes into the weights: the pre-activations
-    # themselves are not needed here.
-    hidden = _tanh_of_scaled(_input_product(v1, X_augmented_T, factor=-2.0))
+    # The pre-activations themselves are not needed here: tanh in place.
+    hidden = _input_product(v1, X_augmented_T)
+    np.tanh(hidden, out=hidden)
     outputs = _outputs_of_hidden(hidden, w2, b2)
     residual = np.subtract(Y.T, outputs, out=outputs)
     weighted = residual * noise_precision[:, :, None]
@@ -381,24 +366,28 @@ def _weighted_residual(views, X_augmented_T, Y, noise_precision, sample_weight):
 def _likelihood_gradient(views, hidden, weighted, X_augmented_T, layout):
     """Backward pass: the gradient of the log likelihood, (n_chains, n_params).
 
-    It takes the matrix products ``W2 R`` (a broadcast for one output),
-    ``[X, 1]^T dA^T`` and ``Z R^T``, samples on the last axis throughout.
+    It takes the matrix products ``W2 R`` (with one output, a factor of the
+    small result instead), ``[X, 1]^T dA^T`` and ``Z R^T``, samples on the
+    last axis throughout.
     """
     blocks = layout.augmented
     n_chains = hidden.shape[0]
     grad = np.empty((n_chains, layout.n_params), dtype=hidden.dtype)
-    # Back through tanh: d tanh(a) / da = 1 - tanh(a)^2.
+    # Back through tanh: d tanh(a) / da = 1 - tanh(a)^2, here its negative
+    # (two passes over the (n_hidden, n_samples) arrays, not three).
     delta = np.multiply(hidden, hidden)
-    np.subtract(1.0, delta, out=delta)
-    if layout.n_outputs == 1:  # an outer product: cheaper as broadcasts
-        delta *= views.W2
+    delta -= 1.0
+    if layout.n_outputs == 1:
+        # dA = (1 - Z^2) * W2 R: W2 scales each hidden unit's column of the
+        # (d + 1, H) product instead of the (H, n) array.
         delta *= weighted
+        input_side = np.matmul(X_augmented_T, delta.transpose(0, 2, 1))
+        input_side *= views.W2.transpose(0, 2, 1)
     else:
         delta *= np.matmul(views.W2, weighted)
+        input_side = np.matmul(X_augmented_T, delta.transpose(0, 2, 1))
     # Flat slices rather than views of grad: this is the sampler's inner loop.
-    grad[:, blocks.slice("V1")] = np.matmul(
-        X_augmented_T, delta.transpose(0, 2, 1)
-    ).reshape(n_chains, -1)
+    np.negative(input_side.reshape(n_chains, -1), out=grad[:, blocks.slice("V1")])
     grad[:, blocks.slice("W2")] = np.matmul(
         hidden, weighted.transpose(0, 2, 1)
     ).reshape(n_chains, -1)
