@@ -36,7 +36,7 @@ Neural Information Processing Systems 5, 475-482.
 
 import numpy as np
 
-from ._network import Activations, _tanh, forward
+from ._network import Activations, forward
 from ._sampler import metropolis_test
 
 __all__ = ["redraw_units", "unit_evidence"]
@@ -191,7 +191,7 @@ def redraw_units(
         # others in its batch, as a product over their stacked weights would
         # through the BLAS kernel's blocking.
         pre_new = np.matmul(weights[:, None, :], X_augmented_T)[:, 0]
-        feature = _tanh(pre_new)
+        feature = np.tanh(pre_new)
         proposed, mean, precision = unit_evidence(
             feature, residual, lam_out[:, unit], noise_precision, sample_weight
         )

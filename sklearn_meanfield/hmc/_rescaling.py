@@ -38,7 +38,7 @@ question. Journal of Computational and Graphical Statistics, 20(3), 531-570.
 
 import numpy as np
 
-from ._network import Activations, _output_layer, _tanh, forward
+from ._network import Activations, _output_layer, forward
 from ._sampler import metropolis_test
 
 __all__ = ["rescale_groups", "rescale_units"]
@@ -315,7 +315,7 @@ def rescale_units(
         u = sweep.log_c[:, unit]
         c = np.exp(u)
         # Only this unit's row of the hidden activations changes.
-        hidden_new = _tanh(c[:, None] * pre[:, unit])  # (C, n)
+        hidden_new = np.tanh(c[:, None] * pre[:, unit])  # (C, n)
         change = hidden_new / c[:, None] - hidden[:, unit]
         out_new = outputs + w2[:, unit, :, None] * change[:, None, :]
         incoming = np.sum(lam_in[:, :, unit] * v1[:, :, unit] ** 2, axis=1)
