@@ -367,7 +367,8 @@ def _likelihood_gradient(views, hidden, weighted, X_augmented_T, layout):
     n_chains = hidden.shape[0]
     grad = np.empty((n_chains, layout.n_params))
     # Back through tanh: d tanh(a) / da = 1 - tanh(a)^2, here its negative
-    # (two passes over the (n_hidden, n_samples) arrays, not three).
+    # (with one output, three passes over the (n_hidden, n_samples) arrays
+    # instead of four).
     delta = np.multiply(hidden, hidden)
     delta -= 1.0
     if layout.n_outputs == 1:
