@@ -4,7 +4,9 @@ The reference is a brute-force refit: the fit that continued its chains to
 ``k * n_samples`` draws must be, attribute for attribute, the fit made with
 ``n_samples = k * n_samples`` from the start, and ``k`` must be what the rule
 gives on those refits' own R-hat: continue while ``1.05 < rhat_ <=
-CONTINUE_MAX_RHAT``, up to ``max_samples``.  The rule reads the draws only,
+CONTINUE_MAX_RHAT``, up to ``max_samples`` (four times ``n_samples`` with
+``"auto"``), or on small data while ``rhat_ <=
+SMALL_DATA_CONTINUE_MAX_RHAT``, up to eight times.  The rule reads the draws only,
 so these fits use Neal's fixed-length ``sampler="hmc"``, whose short chains
 on 40 rows take every path of it.
 """
@@ -63,10 +65,18 @@ def _assert_same_fit(a, b):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), name)
 
 
-def _expected_draws(rhat_after, max_draws):
+@pytest.fixture(autouse=True)
+def _rows_above_small_data(monkeypatch):
+    """These 40 rows count as more than ``SMALL_DATA_ROWS``: the tests take
+    the general rule (``CONTINUE_MAX_RHAT``, four times ``n_samples``) unless
+    they restore the threshold, as the small-data tests below do."""
+    monkeypatch.setattr(hmc_regressor, "SMALL_DATA_ROWS", 0)
+
+
+def _expected_draws(rhat_after, max_draws, max_rhat=CONTINUE_MAX):
     """Draws per chain the rule keeps, from the R-hat after each k * n_samples."""
     n_draws = N_SAMPLES
-    while n_draws < max_draws and CONVERGED < rhat_after[n_draws] <= CONTINUE_MAX:
+    while n_draws < max_draws and CONVERGED < rhat_after[n_draws] <= max_rhat:
         n_draws = min(n_draws + N_SAMPLES, max_draws)
     return n_draws
 
@@ -217,3 +227,61 @@ def test_continued_chains_are_callback_subtasks_and_a_stop_keeps_the_draws():
     assert N_SAMPLES < stopped.n_draws_ < n_kept
     kept = continued.chain_draws()["parameters"][:, : stopped.n_draws_]
     np.testing.assert_array_equal(stopped.chain_draws()["parameters"], kept)
+
+
+SMALL_MAX_RHAT = hmc_regressor.SMALL_DATA_CONTINUE_MAX_RHAT
+SMALL_FACTOR = hmc_regressor.SMALL_DATA_MAX_SAMPLES_FACTOR
+
+
+@pytest.mark.parametrize(
+    "hidden, seed",
+    # (2, 25): R-hat 1.388 after 40 draws with AVX-512 kernels, 1.329 with
+    # AVX2 ones: above CONTINUE_MAX_RHAT, within the small-data bound.
+    [(2, 25), (2, 3)],
+)
+def test_small_data_continue_from_further_apart_and_for_longer(
+    monkeypatch, hidden, seed
+):
+    monkeypatch.setattr(hmc_regressor, "SMALL_DATA_ROWS", 500)
+    X, y = _data()
+    max_draws = SMALL_FACTOR * N_SAMPLES
+    sizes = range(N_SAMPLES, max_draws + 1, N_SAMPLES)
+    refits = {
+        n: _model(hidden, n_samples=n, max_samples=None, random_state=seed).fit(X, y)
+        for n in sizes
+    }
+    rhat_after = {n: m.rhat_ for n, m in refits.items()}
+    expected = _expected_draws(rhat_after, max_draws, SMALL_MAX_RHAT)
+    model, _ = _fit(_model(hidden, random_state=seed), X, y)
+    assert model.n_draws_ == expected
+    _assert_same_fit(model, refits[expected])
+    # Either rule's own brute force: these fits go where the general one
+    # would have stopped them.
+    general = _expected_draws(rhat_after, 4 * N_SAMPLES)
+    if seed == 25:
+        assert CONTINUE_MAX < rhat_after[N_SAMPLES] <= SMALL_MAX_RHAT
+        assert general == N_SAMPLES < expected
+    else:
+        assert general == 4 * N_SAMPLES < expected
+
+
+def test_small_data_rows_are_counted_with_their_weights(monkeypatch):
+    # Seed 25's chains are continued by the small-data rule alone (above):
+    # on 40 rows they are small data up to SMALL_DATA_ROWS = 40, and with
+    # weights 2 (80 rows' worth, the same posterior as every row twice) up
+    # to 80.
+    X, y = _data()
+    for threshold, weights, small in [
+        (40, None, True),
+        (39, None, False),
+        (80, np.full(len(y), 2.0), True),
+        (79, np.full(len(y), 2.0), False),
+    ]:
+        monkeypatch.setattr(hmc_regressor, "SMALL_DATA_ROWS", threshold)
+        model = _model(2, random_state=25, max_samples=None)
+        rhat = model.fit(X, y, sample_weight=weights).rhat_
+        assert CONTINUE_MAX < rhat <= SMALL_MAX_RHAT, rhat
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            model = _model(2, random_state=25).fit(X, y, sample_weight=weights)
+        assert (model.n_draws_ > N_SAMPLES) == small, (threshold, model.n_draws_)

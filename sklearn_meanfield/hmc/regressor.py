@@ -80,21 +80,32 @@ TEMPERING_SUGGESTED_RHAT = 1.1
 # Chains whose largest split R-hat exceeds this warn of poor mixing.
 CONVERGED_RHAT = 1.05
 
-# Chains above CONVERGED_RHAT but at most this continue (max_samples).  With
-# the default sampler="chees" and the redraws of hidden units, the default
-# fits measured whose R-hat after 1000 draws was at most 1.29 came under 1.05
-# within 4000 (friedman1 with 1000 rows: 1.11-1.25 after 1000 draws; 2000
-# rows: 1.07-1.12) but some two-output seeds (1.05-1.09 after 4000 draws;
-# 15 of 23 seeds of that problem converged over sessions 20 and 21), while
-# chains further apart (friedman1 with 5000 rows: 1.47-1.54 after 1000
-# draws, 1.31 after 4000 at three times the time; one friedman1 seed of
-# eight with 2000 rows, 1.616; two two-output seeds, 1.30-1.33) need more
-# than max_samples="auto" allows: they stop at once, and the warning points
-# to replica exchange.
+# Chains above CONVERGED_RHAT but at most this continue (max_samples), on
+# more than SMALL_DATA_ROWS rows.  With the default sampler="chees" and the
+# redraws of hidden units, the default fits measured whose R-hat after 1000
+# draws was at most 1.29 came under 1.05 within 4000 (friedman1 with 1000
+# rows: 1.11-1.25 after 1000 draws; 2000 rows: 1.07-1.12), while chains
+# further apart (friedman1 with 5000 rows: 1.47-1.54 after 1000 draws, 1.31
+# after 4000 at three times the time; one friedman1 seed of eight with 2000
+# rows, 1.616) need more than max_samples="auto" allows: they stop at once,
+# and the warning points to replica exchange.
 CONTINUE_MAX_RHAT = 1.3
 
 # max_samples="auto": at most this many times n_samples draws per chain.
 AUTO_MAX_SAMPLES_FACTOR = 4
+
+# On at most this many rows (the sum of sample_weight) a draw is cheap, and
+# chains are continued from further apart and for longer: from R-hat up to
+# SMALL_DATA_CONTINUE_MAX_RHAT, and with max_samples="auto" to
+# SMALL_DATA_MAX_SAMPLES_FACTOR times n_samples.  On the two-output problem
+# of the user guide (200 rows), seeds 0-10: with 1.3 and 4x five of eleven
+# warn (1.304 and 1.332 after 1000 draws, 1.066-1.088 after 4000); with 1.4
+# and 8x all eleven converge, after 2000-7000 draws (at most about 100 s on
+# two cores).  Above these rows, 8000 draws of a fit that does not converge
+# would take minutes (5000 rows: some ten).
+SMALL_DATA_ROWS = 500
+SMALL_DATA_CONTINUE_MAX_RHAT = 1.4
+SMALL_DATA_MAX_SAMPLES_FACTOR = 8
 
 
 def _row_block(n_draws, layout):
@@ -356,6 +367,8 @@ class Continuation(NamedTuple):
     """Most draws per chain in all."""
     memory_check: object
     """``n_draws -> bool``: whether that many draws per chain fit in memory."""
+    max_rhat: float = CONTINUE_MAX_RHAT
+    """Chains whose largest split R-hat is above this are not continued."""
 
 
 def continue_until_mixed(draws, posterior, seeds, settings, continuation, **sampling):
@@ -363,7 +376,7 @@ def continue_until_mixed(draws, posterior, seeds, settings, continuation, **samp
 
     While the largest split R-hat of the monitored quantities
     (:func:`_monitored`) is above ``CONVERGED_RHAT`` but at most
-    ``CONTINUE_MAX_RHAT``, the chains go on from their checkpoint for
+    ``continuation.max_rhat``, the chains go on from their checkpoint for
     ``continuation.step`` more draws each (at most ``max_draws`` in all, and
     only as many as fit in memory).  Continued chains make the same draws a
     single longer run would have made, so the result is that of a fit with
@@ -403,7 +416,7 @@ def continue_until_mixed(draws, posterior, seeds, settings, continuation, **samp
         if n_drawn >= continuation.max_draws:
             break
         rhat = float(np.max(diagnostics[0]))
-        if not CONVERGED_RHAT < rhat <= CONTINUE_MAX_RHAT:
+        if not CONVERGED_RHAT < rhat <= continuation.max_rhat:
             break
         n_draws = min(n_drawn + continuation.step, continuation.max_draws)
         if not continuation.memory_check(n_draws):
@@ -567,21 +580,23 @@ class HMCNetworkRegressor(
     max_samples : int, "auto" or None, default="auto"
         Most draws kept per chain when the chains are continued.  After
         ``n_samples`` draws, chains whose largest split R-hat (``rhat_``) is
-        above 1.05 but at most 1.3 go on for ``n_samples`` more draws, and
-        again until R-hat is at most 1.05 or they reach ``max_samples``
-        draws, as scikit-learn's iterative estimators run until their
-        tolerance is met or ``max_iter``.  ``"auto"``: 4 times
-        ``n_samples``; None: never continue (every chain keeps
-        ``n_samples`` draws).  The continued chains make the draws a fit
-        with a larger ``n_samples`` would have made, so the result does not
-        depend on ``n_jobs``.  With the default sampler, the default fits
-        measured whose R-hat after 1000 draws was at most 1.3 came under 1.05
-        within 4000 draws (friedman1 with 1000 and 2000 rows, 1.07-1.25
-        after 1000 draws; most seeds of the two-output problem of the user
-        guide), but some two-output seeds, which end at 1.05-1.09 and
-        warn.  Chains further apart (friedman1 with 5000 rows: 1.47-1.54,
-        and 1.31 after 4000 draws at three times the time) stop, and the
-        warning points to replica exchange (``n_temperatures``).
+        above 1.05 but at most 1.3 (1.4 on at most 500 rows, counting
+        ``sample_weight``, where draws are cheap) go on for ``n_samples``
+        more draws, and again until R-hat is at most 1.05 or they reach
+        ``max_samples`` draws, as scikit-learn's iterative estimators run
+        until their tolerance is met or ``max_iter``.  ``"auto"``: 4 times
+        ``n_samples`` (8 times on at most 500 rows); None: never continue
+        (every chain keeps ``n_samples`` draws).  The continued chains make
+        the draws a fit with a larger ``n_samples`` would have made, so the
+        result does not depend on ``n_jobs``.  With the default sampler,
+        the default fits measured whose R-hat after 1000 draws was at most
+        1.3 came under 1.05 within 4000 draws (friedman1 with 1000 and 2000
+        rows, 1.07-1.25 after 1000 draws), and on 200 rows all eleven seeds
+        tried of the two-output problem of the user guide, within 2000-7000
+        draws (with 1.3 and 4 times, five of them warned).  Chains further
+        apart (friedman1 with 5000 rows: 1.47-1.54, and 1.31 after 4000
+        draws at three times the time) stop, and the warning points to
+        replica exchange (``n_temperatures``).
         ``n_draws_`` is the number of draws each chain kept.
     n_warmup : int, default=500
         Warm-up iterations per chain, discarded.  The hyperparameters are held
@@ -604,8 +619,8 @@ class HMCNetworkRegressor(
         network that ``"hmc"``'s 100 steps leave apart: default fits
         converge (R-hat at most 1.05, within ``max_samples``) on friedman1
         with 200 to 1000 rows, on diabetes, on seven of eight seeds with
-        2000 rows and on 15 of 23 seeds of the two-output problem of the
-        user guide (the others stop above 1.3 or end at 1.05-1.09),
+        2000 rows and on the eleven seeds tried of the two-output problem
+        of the user guide,
         where ``"hmc"`` stays at 1.07-1.17 after 4000 draws (friedman1 with
         1000 rows: 1.09).  ``"hmc"`` is about twice as fast where both
         converge (diabetes, friedman1 with 200 rows).
@@ -1110,13 +1125,15 @@ class HMCNetworkRegressor(
             seeds = self._chain_seeds
         # Outputs without spread: the posterior is symmetric about them.
         constant = self._y_scaler.constant.copy()
-        max_draws = self._max_draws()
+        small = posterior.n_weighted <= SMALL_DATA_ROWS
+        max_draws = self._max_draws(small)
         continuation = Continuation(
             self.n_samples,
             max_draws,
             lambda n_draws: _fits_in_memory(
                 n_draws, self.n_chains, Xs.shape[0], layout
             ),
+            SMALL_DATA_CONTINUE_MAX_RHAT if small else CONTINUE_MAX_RHAT,
         )
         # With scikit-learn callbacks, every chain is a subtask of the fit (of
         # each run of the chains, when they may be continued).
@@ -1186,12 +1203,15 @@ class HMCNetworkRegressor(
         self._chain_params, self._data_hash = self._chain_shaping_params(), data_hash
         return self
 
-    def _max_draws(self):
+    def _max_draws(self, small_data):
         """Most draws per chain a fit may make (``max_samples``)."""
         if self.max_samples is None:
             return self.n_samples
         if self.max_samples == "auto":
-            return AUTO_MAX_SAMPLES_FACTOR * self.n_samples
+            factor = (
+                SMALL_DATA_MAX_SAMPLES_FACTOR if small_data else AUTO_MAX_SAMPLES_FACTOR
+            )
+            return factor * self.n_samples
         return max(self.max_samples, self.n_samples)
 
     def _chain_shaping_params(self):
