@@ -367,8 +367,10 @@ class Continuation(NamedTuple):
     """Most draws per chain in all."""
     memory_check: object
     """``n_draws -> bool``: whether that many draws per chain fit in memory."""
-    max_rhat: float = CONTINUE_MAX_RHAT
-    """Chains whose largest split R-hat is above this are not continued."""
+    max_rhat: float
+    """Chains whose largest split R-hat is above this are not continued
+    (``CONTINUE_MAX_RHAT``, or ``SMALL_DATA_CONTINUE_MAX_RHAT`` on small
+    data)."""
 
 
 def continue_until_mixed(draws, posterior, seeds, settings, continuation, **sampling):
