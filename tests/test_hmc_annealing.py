@@ -269,3 +269,5 @@ def test_convergence_warning_suggests_annealing_on_large_data(
     rhat = [str(w.message) for w in caught if "R-hat" in str(w.message)]
     assert len(rhat) == 1
     assert ("anneal_warmup=True" in rhat[0]) == suggested
+    # An annealed warm-up is suggested at twice its length instead.
+    assert ("twice as long (n_warmup=20)" in rhat[0]) == (not suggested)
