@@ -11,6 +11,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from sklearn_meanfield import HMCNetworkRegressor, _memory
 from sklearn_meanfield.hmc import regressor
+from sklearn_meanfield.hmc._chains import ChainSettings
 from sklearn_meanfield.hmc._network import NetworkLayout, network_outputs
 
 # Fits in this file are short on purpose (the defaults keep 1000 draws per
@@ -250,7 +251,13 @@ def test_convergence_warning_names_the_worst_quantity(ard, n_outputs, index, nam
         regressor._check_convergence(
             draws,
             _worst_at(index, 5, n_outputs, layout),
-            sampler="chees_rate",
+            ChainSettings(
+                n_samples=10,
+                n_warmup=10,
+                n_leapfrog=5,
+                step_size=0.1,
+                sampler="chees_rate",
+            ),
             layout=layout,
             feature_names=np.array(["age", "bmi", "bp"], dtype=object),
         )

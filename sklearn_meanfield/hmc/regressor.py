@@ -246,15 +246,11 @@ def _describe_quantity(index, n_samples, n_outputs, layout, feature_names=None):
 def _check_convergence(
     draws,
     diagnostics,
-    sampler="hmc",
-    max_leapfrog=None,
-    suggest_annealing=False,
-    suggest_tempering=False,
-    continuation="",
-    target_accept=None,
-    annealed_warmup=None,
+    settings,
     *,
     layout,
+    suggest_annealing=False,
+    continuation="",
     feature_names=None,
 ):
     """Largest split R-hat and smallest bulk ESS; warn about poor mixing.
@@ -265,25 +261,39 @@ def _check_convergence(
     stopped the chains in warm-up, when R-hat exceeds 1.05 (naming the worst
     quantity, :func:`_describe_quantity` given the ``layout`` and the
     ``feature_names``: users act differently on a prediction than on a prior
-    precision that mixes slowly, and the remedies of the sampler used: longer
-    trajectories for ``"hmc"``; ``"chees"`` for ``"chees_rate"``; for
-    ``"chees"``, whose lengths adapt, a larger ``max_leapfrog`` when the
-    adapted lengths came within 10% of their bound, else longer warm-up and
-    more draws; with
-    ``suggest_annealing``, for larger data warmed up without it, also the
-    annealed warm-up; with ``annealed_warmup``, the ``n_warmup`` of a
+    precision that mixes slowly, and the remedies of the ``settings`` the
+    chains ran with: longer trajectories for ``"hmc"``; ``"chees"`` for
+    ``"chees_rate"``; for ``"chees"``, whose lengths adapt, a larger
+    ``max_leapfrog`` when the adapted lengths came within 10% of their
+    bound, else longer warm-up and more draws; with ``suggest_annealing``,
+    for larger data warmed up without it, also the annealed warm-up; for a
     warm-up that annealed, one twice as long; continuing the chains with
-    ``warm_start``; with
-    ``suggest_tempering``, for a fit without it whose R-hat exceeds
+    ``warm_start``; for chains without replica exchange whose R-hat exceeds
     ``TEMPERING_SUGGESTED_RHAT``, replica exchange; ``continuation``, a
     sentence on how far the chains were continued, comes first) and when
-    trajectories diverged after warm-up (naming ``target_accept``, the
-    fit's acceptance target, when given).
+    trajectories diverged after warm-up (naming the fit's
+    ``target_accept``).
+
+    Parameters
+    ----------
+    draws : ChainDraws
+    diagnostics : tuple of ndarray
+        Split R-hat and bulk ESS per monitored quantity.
+    settings : ChainSettings
+        How the chains ran: their sampler, ``max_leapfrog``,
+        ``target_accept``, warm-up (annealed or not) and replicas.
+    layout : NetworkLayout
+    suggest_annealing : bool, default=False
+        The data are large enough for the annealed warm-up, which was off.
+    continuation : str, default=""
+        How far the chains were continued, put before the remedies.
+    feature_names : ndarray of str or None, default=None
 
     Returns
     -------
     rhat, ess : float
     """
+    sampler, max_leapfrog = settings.sampler, settings.max_leapfrog
     if draws.stopped_in_warmup:
         warnings.warn(
             f"A callback stopped the sampling during warm-up: each chain "
@@ -331,12 +341,12 @@ def _check_convergence(
                 " On data this large, anneal_warmup=True lets the chains "
                 "settle into the same configurations of the network."
             )
-        if annealed_warmup:
+        if settings.anneal:
             # Measured on friedman1: 2000 rows, seed 0 from 1.616 to 1.041;
             # 3000 rows, seed 2 from 1.093 to 1.051 (user guide).
             remedy += (
                 f" The warm-up annealed: twice as long "
-                f"(n_warmup={2 * annealed_warmup}) it cools the chains twice "
+                f"(n_warmup={2 * settings.n_warmup}) it cools the chains twice "
                 "as slowly, and chains held in different configurations of "
                 "the network settle into the same ones more often."
             )
@@ -344,7 +354,8 @@ def _check_convergence(
             " A refit with warm_start=True and a larger n_samples continues "
             "these chains, without another warm-up."
         )
-        if suggest_tempering and rhat > TEMPERING_SUGGESTED_RHAT:
+        tempered = len(settings.inverse_temperatures) > 1
+        if not tempered and rhat > TEMPERING_SUGGESTED_RHAT:
             remedy += (
                 " Chains that keep different configurations of the network "
                 "mix through replica exchange (n_temperatures=8, three to "
@@ -360,11 +371,11 @@ def _check_convergence(
     n_divergent = int(np.sum(draws.n_divergent))
     if n_divergent:
         # The value to raise it from; its docstring says what was measured.
-        current = "" if target_accept is None else f" (it is {target_accept:g})"
         warnings.warn(
             f"{n_divergent} divergent trajectories after warm-up (energy "
             "error above 1000): the step size is too large for part of the "
-            f"posterior. Increase target_accept{current}.",
+            f"posterior. Increase target_accept (it is "
+            f"{settings.target_accept:g}).",
             ConvergenceWarning,
         )
     return rhat, ess
@@ -1172,14 +1183,10 @@ class HMCNetworkRegressor(
             rhat, ess = _check_convergence(
                 draws,
                 diagnostics,
-                self.sampler,
-                self.max_leapfrog,
-                suggest_annealing=large and not anneal,
-                suggest_tempering=self.n_temperatures == 1,
-                continuation=continued,
-                target_accept=self.target_accept,
-                annealed_warmup=self.n_warmup if anneal else None,
+                settings,
                 layout=layout,
+                suggest_annealing=large and not anneal,
+                continuation=continued,
                 feature_names=getattr(self, "feature_names_in_", None),
             )
             loo = _leave_one_out(draws, Ys, y, sample_weight, self._y_scaler, constant)
