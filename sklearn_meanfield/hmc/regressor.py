@@ -249,7 +249,7 @@ def _check_convergence(
     settings,
     *,
     layout,
-    suggest_annealing=False,
+    large_data=False,
     continuation="",
     feature_names=None,
 ):
@@ -265,8 +265,8 @@ def _check_convergence(
     chains ran with: longer trajectories for ``"hmc"``; ``"chees"`` for
     ``"chees_rate"``; for ``"chees"``, whose lengths adapt, a larger
     ``max_leapfrog`` when the adapted lengths came within 10% of their
-    bound, else longer warm-up and more draws; with ``suggest_annealing``,
-    for larger data warmed up without it, also the annealed warm-up; for a
+    bound, else longer warm-up and more draws; on ``large_data`` warmed up
+    without annealing, also the annealed warm-up; for a
     warm-up that annealed, one twice as long; continuing the chains with
     ``warm_start``; for chains without replica exchange whose R-hat exceeds
     ``TEMPERING_SUGGESTED_RHAT``, replica exchange; ``continuation``, a
@@ -283,8 +283,9 @@ def _check_convergence(
         How the chains ran: their sampler, ``max_leapfrog``,
         ``target_accept``, warm-up (annealed or not) and replicas.
     layout : NetworkLayout
-    suggest_annealing : bool, default=False
-        The data are large enough for the annealed warm-up, which was off.
+    large_data : bool, default=False
+        The data are large enough for the annealed warm-up
+        (``ANNEAL_AUTO_ROWS``, counting ``sample_weight``).
     continuation : str, default=""
         How far the chains were continued, put before the remedies.
     feature_names : ndarray of str or None, default=None
@@ -336,11 +337,6 @@ def _check_convergence(
                 "Increase n_warmup (the trajectory length and step size "
                 "adapt during warm-up) or n_samples."
             )
-        if suggest_annealing:
-            remedy += (
-                " On data this large, anneal_warmup=True lets the chains "
-                "settle into the same configurations of the network."
-            )
         if settings.anneal:
             # Measured on friedman1: 2000 rows, seed 0 from 1.616 to 1.041;
             # 3000 rows, seed 2 from 1.093 to 1.051 (user guide).
@@ -349,6 +345,11 @@ def _check_convergence(
                 f"(n_warmup={2 * settings.n_warmup}) it cools the chains twice "
                 "as slowly, and chains held in different configurations of "
                 "the network settle into the same ones more often."
+            )
+        elif large_data:
+            remedy += (
+                " On data this large, anneal_warmup=True lets the chains "
+                "settle into the same configurations of the network."
             )
         remedy += (
             " A refit with warm_start=True and a larger n_samples continues "
@@ -1185,7 +1186,7 @@ class HMCNetworkRegressor(
                 diagnostics,
                 settings,
                 layout=layout,
-                suggest_annealing=large and not anneal,
+                large_data=large,
                 continuation=continued,
                 feature_names=getattr(self, "feature_names_in_", None),
             )
