@@ -1,25 +1,28 @@
-"""Fitted results of every estimator on a few data sets, frozen as a reference.
+"""Fitted results of every estimator on a few small cases, for refactors.
 
-Refactors must not change what an estimator learns. ``python
-tests/fitted_reference.py`` fits each case below and writes every public
-fitted attribute and every prediction method's output to
-``tests/data/fitted_reference.npz``; ``tests/test_fitted_identity.py`` refits
-the same cases and compares. Regenerate the file only when a change of
-results is intended, and say so in the commit, on a machine whose numpy
-dispatches no AVX-512 kernels (or with them disabled, as the identity test
-does: ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR"``) and with
-``OPENBLAS_NUM_THREADS=1``.
+A refactor must not change what an estimator learns.  On your own machine,
+before the refactor::
+
+    python tests/fitted_reference.py /tmp/before.npz
+
+then, after it::
+
+    SKLEARN_MEANFIELD_FITTED_REFERENCE=/tmp/before.npz \\
+        pytest tests/test_fitted_identity.py
+
+The script fits each case below with one BLAS thread and writes every public
+fitted attribute and every prediction method's output; the test refits the
+same cases the same way and compares.  Both files come from the same machine,
+so a refactor that keeps the arithmetic agrees to the last bits.  No
+reference is kept in the repository: another CPU's BLAS and libm kernels
+round differently, and short HMC chains, kernel optimisers and restarts
+carry a last-bit difference far (see ``doc/developers.rst``).
 
 The cases cover the code paths a refactor can reach: exact and weight-space
 perceptron, binary and multi-class GP classification with optimised kernels,
 learned label noise, the step likelihood, one-vs-one, short HMC chains with
-ARD and persistence, annealed and with replica exchange (added in session
-14, frozen from the code that batches the replicas; the annealed case frozen
-again in session 15, when the annealing took the replicas' form of
-tempering; the four HMC cases frozen again in session 16, when every
-iteration gained the redraws of hidden units, and in session 21, when the
-network's tanh became numpy's own), the ensemble's full and
-low-rank covariances, and the Bethe RBM's two message-passing methods.
+ARD and persistence, annealed and with replica exchange, the ensemble's full
+and low-rank covariances, and the Bethe RBM's two message-passing methods.
 """
 
 from pathlib import Path
@@ -30,8 +33,6 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 from sklearn.preprocessing import StandardScaler
 
 import sklearn_meanfield as smf
-
-REFERENCE_PATH = Path(__file__).parent / "data" / "fitted_reference.npz"
 
 PREDICTION_METHODS = (
     "predict",
@@ -148,10 +149,10 @@ def _cases():
             smf.HMCNetworkRegressor(
                 hidden_layer_size=4,
                 n_samples=30,
-                max_samples=None,  # as many draws as when frozen
+                max_samples=None,
                 n_warmup=30,
-                sampler="hmc",  # Neal's fixed-length HMC, as when frozen
-                gradient_dtype="float64",  # as when frozen
+                sampler="hmc",
+                gradient_dtype="float64",
                 n_leapfrog=15,
                 n_chains=2,
                 random_state=0,
@@ -162,10 +163,10 @@ def _cases():
             smf.HMCNetworkRegressor(
                 hidden_layer_size=3,
                 n_samples=20,
-                max_samples=None,  # as many draws as when frozen
+                max_samples=None,
                 n_warmup=20,
-                sampler="hmc",  # Neal's fixed-length HMC, as when frozen
-                gradient_dtype="float64",  # as when frozen
+                sampler="hmc",
+                gradient_dtype="float64",
                 n_leapfrog=10,
                 persistence=0.5,
                 ard=False,
@@ -178,7 +179,7 @@ def _cases():
             smf.HMCNetworkRegressor(
                 hidden_layer_size=3,
                 n_samples=20,
-                max_samples=None,  # as many draws as when frozen
+                max_samples=None,
                 n_warmup=30,
                 sampler="hmc",
                 n_leapfrog=10,
@@ -192,7 +193,7 @@ def _cases():
             smf.HMCNetworkRegressor(
                 hidden_layer_size=3,
                 n_samples=20,
-                max_samples=None,  # as many draws as when frozen
+                max_samples=None,
                 n_warmup=30,
                 sampler="chees",
                 n_leapfrog=10,
@@ -286,12 +287,15 @@ def fitted_results(case):
     return results
 
 
-def write_reference(path=REFERENCE_PATH):
+def write_reference(path):
+    """Fit every case with one BLAS thread and save the results to ``path``."""
+    from threadpoolctl import threadpool_limits
+
     arrays = {}
-    for case in CASE_NAMES:
-        for key, value in fitted_results(case).items():
-            arrays[f"{case}/{key}"] = value
-    path.parent.mkdir(exist_ok=True)
+    with threadpool_limits(1):
+        for case in CASE_NAMES:
+            for key, value in fitted_results(case).items():
+                arrays[f"{case}/{key}"] = value
     np.savez_compressed(path, **arrays)
     return arrays
 
@@ -300,8 +304,9 @@ if __name__ == "__main__":
     import sys
     import warnings
 
+    if len(sys.argv) != 2:
+        sys.exit("usage: python tests/fitted_reference.py OUTPUT.npz")
     warnings.simplefilter("ignore")
-    # An optional path writes the refits elsewhere (the identity test's refit).
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else REFERENCE_PATH
+    path = Path(sys.argv[1])
     written = write_reference(path)
     print(f"{len(written)} arrays from {len(CASE_NAMES)} cases -> {path}")

@@ -90,9 +90,9 @@ def test_quick_mode_notes_every_case_whose_settings_differ_from_full():
 
 
 def test_quick_gp_peer_is_not_stuck_at_the_length_scale_bound():
-    # Issue 22: from length scale 1, Laplace's optimiser ran to the bound
-    # (1e5) on the quick folds and predicted the majority class (CV 0.756).
-    # With the quick start both GPs score like the perceptron (0.97-0.98).
+    # From length scale 1, Laplace's optimiser can run to the bound (1e5) on
+    # the quick folds and predict the majority class (CV about 0.76); from the
+    # demo's start both GPs score like the perceptron (0.97-0.98).
     rows = _demo.run(
         quick=True, out=io.StringIO(), estimators=["TAPGaussianProcessClassifier"]
     )
@@ -100,13 +100,15 @@ def test_quick_gp_peer_is_not_stuck_at_the_length_scale_bound():
 
 
 def test_quick_mlp_peer_does_not_overfit_the_small_folds():
-    # Issue 22: eight hidden units overfit the 100-point quick folds (CV MSE
-    # 1.51e4); with the ensemble's four the peer is within 10% of
-    # BayesianRidge's CV MSE on the same folds (3497).
+    # An unregularised network with more hidden units than the 100-point
+    # quick folds support overfits them to several times BayesianRidge's CV
+    # MSE; the demo's peer (four hidden units, L-BFGS) stays within a factor
+    # 2.  L-BFGS from one random start lands in a kernel-dependent optimum,
+    # so the bound separates the two regimes rather than pinning a score.
     from sklearn.linear_model import BayesianRidge
 
     case = next(c for c in _demo._cases() if c.estimator == "EnsembleLearningRegressor")
     X, y = case.load(True)
     peer = _demo._cv_score(case.make_peer(True), X, y, "mse", 3)
     ridge = _demo._cv_score(BayesianRidge(), X, y, "mse", 3)
-    assert peer < 1.15 * ridge
+    assert peer < 2 * ridge
