@@ -113,15 +113,6 @@ EXPECTED_FAILED_CHECKS = {
             "with gradient_dtype='float64' the check passes (run there)"
         ),
     },
-    "TAPGaussianProcessClassifier": {
-        "check_class_weight_classifiers": (
-            "optimizer=None keeps RBF(length_scale=1) on the check's blobs of "
-            "standard deviation 20: most test points are out of the kernel's "
-            "reach of every training point, where the GP predicts its prior's "
-            "1/2 whatever the class weights; passes with the default optimiser "
-            "or a kernel of the data's scale (tests/test_tap_gpc.py)"
-        ),
-    },
     "BetheRBM": {
         "check_dict_unchanged": _BETHE_RBM_UNIT_INTERVAL,
         "check_dont_overwrite_parameters": _BETHE_RBM_UNIT_INTERVAL,

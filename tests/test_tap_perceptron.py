@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 from callback_helpers import TickDeadline
 from scipy.stats import norm
+from sklearn.base import clone
 from sklearn.datasets import load_iris, make_moons
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegressionCV, Perceptron
 
-from sklearn_meanfield import TAPPerceptronClassifier
+from sklearn_meanfield import TAPGaussianProcessClassifier, TAPPerceptronClassifier
 from sklearn_meanfield.tap import _weight_space
 from sklearn_meanfield.tap._core import WeightSpacePosterior, expectation_propagation
 from sklearn_meanfield.tap._fallback import powered_label_noise as _powered_label_noise
@@ -473,8 +474,31 @@ def test_class_weight_is_the_equivalent_sample_weight():
     with pytest.raises(ValueError, match="non-zero"):
         TAPPerceptronClassifier().fit(X, y, sample_weight=np.zeros(len(y)))
     zero_classes = {0: 0.0, 1: 0.0, 2: 0.0}
-    with pytest.raises(ValueError, match="weight zero"):
+    with pytest.raises(ValueError, match="has no weight"):
         TAPPerceptronClassifier(class_weight=zero_classes).fit(X, y)
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [TAPPerceptronClassifier(), TAPGaussianProcessClassifier(optimizer=None)],
+    ids=["perceptron", "gpc"],
+)
+@pytest.mark.parametrize(
+    "class_weight, message",
+    [
+        ({1: -1.0}, "class 1 the weight -1.0"),
+        ({1: np.nan}, "class 1 the weight nan"),
+        ({1: np.inf}, "class 1 the weight inf"),
+        # A class no sample of which weighs anything: nothing to learn of it.
+        ({0: 0.0}, "Class 0 has no weight"),
+    ],
+)
+def test_class_weights_that_leave_no_model_are_refused(
+    estimator, class_weight, message
+):
+    X, y = load_iris(return_X_y=True)
+    with pytest.raises(ValueError, match=message):
+        clone(estimator).set_params(class_weight=class_weight).fit(X, y)
 
 
 # ------------------------------------------------ sparse inputs and dtypes

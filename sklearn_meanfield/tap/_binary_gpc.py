@@ -37,6 +37,7 @@ from ._core import (
 )
 from ._fallback import ep_with_fallback
 from ._hooks import print_sweeps, sweep_steps
+from ._kernels import ignores_inputs, with_length_scale
 from ._likelihoods import make_likelihood
 
 __all__ = [
@@ -74,6 +75,8 @@ class FitOptions:
     damping: float
     verbose: int = 0
     prefix: str = "TAPGaussianProcessClassifier"
+    default_kernel: bool = False
+    """Whether the kernel is the estimator's default (``kernel=None``)."""
 
     def make_likelihood(self):
         """The likelihood object of these options' label noise."""
@@ -460,7 +463,10 @@ def _warn_at_bounds(kernel, options):
     The kernel's own check (as scikit-learn's GP estimators make it), and the
     same for a learned label noise.
     """
-    kernel._check_bounds_params()
+    if options.default_kernel:
+        _warn_default_kernel_at_bounds(kernel)
+    else:
+        kernel._check_bounds_params()
     if options.learns_label_noise:
         low, high = np.isclose(np.log(options.label_noise), np.log(LABEL_NOISE_BOUNDS))
         if low or high:
@@ -472,21 +478,71 @@ def _warn_at_bounds(kernel, options):
             )
 
 
+def _warn_default_kernel_at_bounds(kernel):
+    """The default kernel's bounds, with what they mean and what to do.
+
+    Its amplitude ends at its upper bound whenever the kernel separates the
+    classes (the evidence grows with it without end; the bound lies where
+    the likelihood is saturated, see ``DEFAULT_AMPLITUDE_BOUNDS``): no
+    warning.  A length scale at either bound is worth one.
+    """
+    rbf = kernel.k2
+    low, high = np.log(rbf.length_scale_bounds)
+    log_ell = np.log(rbf.length_scale)
+    if np.isclose(log_ell, high, rtol=0, atol=1e-3):
+        warnings.warn(
+            f"The kernel's length scale ran to its upper bound ({rbf.length_scale:.3g}"
+            ", 1000 times the median distance between the inputs): the model is "
+            "nearly constant, no feature separates the classes. Check the "
+            "features, or pass a kernel of your own.",
+            ConvergenceWarning,
+        )
+    elif np.isclose(log_ell, low, rtol=0, atol=1e-3):
+        warnings.warn(
+            f"The kernel's length scale ran to its lower bound ({rbf.length_scale:.3g}"
+            ", 1/1000 of the median distance between the inputs): every "
+            "training point is its own neighbourhood. Inputs that repeat with "
+            "different labels, or features on very different scales, do this: "
+            "standardise the features or pass a kernel of your own.",
+            ConvergenceWarning,
+        )
+
+
 def _optimise(X, t, kernel, options, seed, n_jobs, reporter, weights):
     """The best of the optimiser runs (the first from the kernel's own
-    hyperparameters, the others from random draws within the bounds)."""
+    hyperparameters, the others from random draws within the bounds).
+
+    When the best run ends at a kernel blind to the inputs' geometry
+    (:func:`~sklearn_meanfield.tap._kernels.ignores_inputs`: a constant
+    model, or white noise), one more run starts from the data's own length
+    scale (:func:`~sklearn_meanfield.tap._kernels.with_length_scale`) and
+    the larger evidence wins: from a length scale far below the distances
+    between the inputs, the evidence's gradient vanishes or points towards
+    the constant model.
+    """
     rng = np.random.RandomState(seed)
     theta0, bounds = _search_space(kernel, options)
     starts = [theta0]
     check_restart_bounds(options, bounds)
     for _ in range(options.n_restarts_optimizer):
         starts.append(rng.uniform(bounds[:, 0], bounds[:, 1]))
-    return best_optimiser_run(
-        starts,
-        lambda start, task: (start, X, t, kernel, options, task, weights),
-        n_jobs,
-        reporter,
-    )
+
+    def arguments(start, task):
+        return (start, X, t, kernel, options, task, weights)
+
+    best, stopped = best_optimiser_run(starts, arguments, n_jobs, reporter)
+    rescaled = None
+    fitted = _at(best.theta, kernel, options)[0]
+    if not stopped and ignores_inputs(fitted, X, weights):
+        rescaled = with_length_scale(kernel, X, weights)
+    if rescaled is not None:
+        start = theta0.copy()
+        start[: kernel.n_dims] = rescaled.theta
+        reporter(1, "the kernel became constant: one more run from the data's scale")
+        retry, stopped = best_optimiser_run([start], arguments, n_jobs, reporter)
+        if retry.neg_log_evidence < best.neg_log_evidence:
+            best = retry
+    return best, stopped
 
 
 def check_restart_bounds(options, bounds):

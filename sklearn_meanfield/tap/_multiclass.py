@@ -6,13 +6,19 @@ probabilities of their positive class are combined into class
 probabilities, decision values and labels.
 """
 
+import warnings
+
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import CompoundKernel
 from sklearn.utils.multiclass import check_classification_targets
 
 __all__ = [
     "ProblemKernels",
+    "class_sample_weights",
     "encode_classes",
+    "majority_error_rate",
+    "warn_if_no_better_than_majority",
     "leave_one_out",
     "one_vs_one_pairs",
     "one_vs_one_votes",
@@ -374,3 +380,110 @@ class ProblemKernels(CompoundKernel):
             names = [str(k) for k in range(len(self.kernels))]
         lines = [f"    {name}: {k!r}," for name, k in zip(names, self.kernels)]
         return "\n".join(["CompoundKernel(", *lines, ")"])
+
+
+def majority_error_rate(y, sample_weight=None):
+    """Error rate of always predicting the (weighted) most frequent class.
+
+    Examples
+    --------
+    >>> from sklearn_meanfield.tap._multiclass import majority_error_rate
+    >>> majority_error_rate([0, 0, 1, 2])
+    0.5
+    >>> majority_error_rate([0, 0, 1, 2], sample_weight=[1, 1, 4, 0])
+    0.3333333333333333
+    """
+    _, index = np.unique(np.asarray(y), return_inverse=True)
+    totals = np.bincount(index, weights=sample_weight)
+    return float(1.0 - totals.max() / totals.sum())
+
+
+def warn_if_no_better_than_majority(loo_error, y, sample_weight, advice):
+    """ConvergenceWarning when ``loo_error`` is no better than predicting the
+    majority class: a model that found no structure in the inputs.
+
+    "No better" allows for half a point of the lightest weight, so that a
+    constant model's error, computed with its own rounding, counts as equal.
+    ``advice`` ends the message: what to try.
+    """
+    if not np.isfinite(loo_error):
+        return
+    weights = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight)
+    majority = majority_error_rate(y, weights)
+    slack = 0.5 * weights[weights > 0].min() / weights.sum()
+    if loo_error >= majority - slack:
+        warnings.warn(
+            f"The fitted model predicts no better than the majority class: "
+            f"leave-one-out error {loo_error:.3g}, always the majority class "
+            f"{majority:.3g}. {advice}",
+            ConvergenceWarning,
+        )
+
+
+def _label(label):
+    """A class label as Python writes it (``0``, not ``np.int64(0)``)."""
+    return label.item() if isinstance(label, np.generic) else label
+
+
+def class_sample_weights(class_weight, classes, y, sample_weight):
+    """``sample_weight`` times each sample's class weight, validated.
+
+    ``"balanced"`` gives class ``k`` the weight ``sum(w) / (n_classes
+    sum_{y_i = k} w_i)`` with ``w`` the sample weights (as scikit-learn's
+    LogisticRegression and ``compute_class_weight`` do), so that integer
+    sample weights stay equivalent to repeated samples; a dict maps labels
+    to weights (1 for a class not named).  One-vs-rest and one-vs-one
+    problems use these weights of the original labels.
+
+    Raises
+    ------
+    ValueError
+        If the dict names a label that is not a class, gives a weight that
+        is negative, infinite or NaN, or if a class ends with no weight at
+        all (it could never be learned, and its leave-one-out error would be
+        undefined).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.tap._multiclass import class_sample_weights
+    >>> y = np.array([0, 0, 0, 1])
+    >>> class_sample_weights("balanced", np.array([0, 1]), y, np.ones(4))
+    array([0.66666667, 0.66666667, 0.66666667, 2.        ])
+    >>> class_sample_weights({1: 3}, np.array([0, 1]), y, np.ones(4))
+    array([1., 1., 1., 3.])
+    """
+    index = np.searchsorted(classes, y)
+    if isinstance(class_weight, str) and class_weight == "balanced":
+        totals = np.bincount(index, weights=sample_weight, minlength=len(classes))
+        with np.errstate(divide="ignore"):
+            per_class = np.where(
+                totals > 0, np.sum(sample_weight) / (len(classes) * totals), 1.0
+            )
+    else:
+        unknown = set(class_weight) - set(classes.tolist())
+        if unknown:
+            raise ValueError(
+                f"The given class_weight dict has labels {sorted(unknown, key=str)} "
+                f"that are not classes of y ({classes.tolist()})."
+            )
+        per_class = np.array(
+            [float(class_weight.get(c, 1.0)) for c in classes.tolist()]
+        )
+        bad = ~(np.isfinite(per_class) & (per_class >= 0))
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"class_weight gives class {_label(classes[k])!r} the weight "
+                f"{per_class[k]}; class weights must be finite and non-negative."
+            )
+    weights = sample_weight * per_class[index]
+    totals = np.bincount(index, weights=weights, minlength=len(classes))
+    if np.all(totals > 0):
+        return weights
+    k = int(np.flatnonzero(totals <= 0)[0])
+    raise ValueError(
+        f"Class {_label(classes[k])!r} has no weight (sample_weight times class_weight "
+        "is zero on all its samples): a class the model cannot learn. Drop "
+        "its samples from y instead, or give it a positive weight."
+    )

@@ -14,7 +14,6 @@ from sklearn.gaussian_process.kernels import RBF, CompoundKernel, Kernel
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.utils import _safe_indexing, check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.validation import (
     _check_sample_weight,
     _num_samples,
@@ -36,14 +35,17 @@ from ._binary_gpc import (
 )
 from ._core import positive_site_weights, weighted_error_rate
 from ._footprint import check_gp_fit_memory
+from ._kernels import default_kernel
 from ._multiclass import (
     ProblemKernels,
+    class_sample_weights,
     encode_classes,
     one_vs_one_pairs,
     one_vs_one_votes,
     one_vs_rest_targets,
     pairwise_coupling,
     positive_to_proba,
+    warn_if_no_better_than_majority,
 )
 from ._sparse_gpc import (
     InducingOptions,
@@ -123,8 +125,11 @@ class TAPGaussianProcessClassifier(
         Any :mod:`sklearn.gaussian_process.kernels` kernel except a
         :class:`~sklearn.gaussian_process.kernels.CompoundKernel` (the
         multi-class problems get a copy each); None means
-        ``ConstantKernel(1.0) * RBF(1.0)``.  Its hyperparameters are optimised
-        unless ``optimizer=None``.
+        ``ConstantKernel(1.0, (1e-5, 1e3)) * RBF(ell)`` with ``ell`` the median
+        distance between the training inputs, free within a factor 1000 of
+        it: a start on the data's scale, raw or standardised.  Its
+        hyperparameters are optimised unless ``optimizer=None``; a run that
+        ends at a constant kernel is repeated from the data's length scale.
     likelihood : {"probit", "step", "logistic"}, default="probit"
         ``"step"``: ``label_noise + (1 - 2 label_noise) Theta(y h)``, the
         paper's model; ``"probit"``: the same with ``Phi(y h)`` in place of the
@@ -443,6 +448,7 @@ class TAPGaussianProcessClassifier(
             tol=self.tol,
             damping=self.damping,
             verbose=self.verbose,
+            default_kernel=self.kernel is None,
         )
 
     def _base_kernel(self):
@@ -549,7 +555,9 @@ class TAPGaussianProcessClassifier(
         self.classes_, y_index = encode_classes(y, type(self).__name__)
         self.n_classes_ = len(self.classes_)
         sample_weight = self._sample_weight(X, y, sample_weight)
-        kernel = self._base_kernel()
+        kernel = (
+            default_kernel(X, sample_weight) if self.kernel is None else self.kernel
+        )
         rng = check_random_state(self.random_state)
         options = self._options()
 
@@ -619,6 +627,14 @@ class TAPGaussianProcessClassifier(
             self.loo_error_ = weighted_error_rate(
                 y, self.classes_[self._decide(positive)], sample_weight
             )
+            warn_if_no_better_than_majority(
+                self.loo_error_,
+                y,
+                sample_weight,
+                f"The fitted kernel is {self.kernel_}. If the classes depend on "
+                "X, standardise the features, raise n_restarts_optimizer or pass "
+                "a kernel on the data's scale.",
+            )
         else:  # the fit warned why
             self.loo_proba_ = np.full((_num_samples(X), self.n_classes_), np.nan)
             self.loo_error_ = float("nan")
@@ -641,16 +657,9 @@ class TAPGaussianProcessClassifier(
             sample_weight, X, dtype=np.float64, ensure_non_negative=True
         )
         if self.class_weight is not None:
-            # "balanced" counts the classes by weight (as LogisticRegression
-            # does), so that integer weights stay repeated rows.
-            per_class = compute_class_weight(
-                self.class_weight,
-                classes=self.classes_,
-                y=y,
-                sample_weight=sample_weight,
+            sample_weight = class_sample_weights(
+                self.class_weight, self.classes_, y, sample_weight
             )
-            _, y_index = np.unique(y, return_inverse=True)
-            sample_weight = sample_weight * per_class[y_index]
         if not np.any(sample_weight > 0):
             raise ValueError("Every sample weight is zero: there is nothing to fit.")
         return sample_weight
@@ -925,6 +934,11 @@ class TAPGaussianProcessClassifier(
                 raise ValueError("Gradient can only be evaluated for theta!=None")
             return self.log_marginal_likelihood_value_
         theta = np.asarray(theta, dtype=float)
+        if theta.ndim != 1 or not np.all(np.isfinite(theta)):
+            raise ValueError(
+                "theta must be a one-dimensional array of finite "
+                f"log-hyperparameters (like kernel_.theta); got {theta!r}."
+            )
         n_problems = len(self._problems)
         n_dims = self._fits[0].kernel.n_dims
         options = self._options()

@@ -28,6 +28,7 @@ from ._core import (
 )
 from ._likelihoods import make_likelihood
 from ._multiclass import (
+    class_sample_weights,
     encode_classes,
     leave_one_out,
     one_vs_rest_targets,
@@ -286,7 +287,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
             sample_weight, X, dtype=np.float64, ensure_non_negative=True
         )
         if self.class_weight is not None:
-            sample_weight = sample_weight * _class_weights(
+            sample_weight = class_sample_weights(
                 self.class_weight, self.classes_, y, sample_weight
             )
         if not np.any(sample_weight > 0):
@@ -615,30 +616,3 @@ def _sites(X, Phi, y_index, weights):
     if merged is not None:
         keep, site_weights = merged.rows, merged.site_weights
     return keep, site_weights, merged
-
-
-def _class_weights(class_weight, classes, y, sample_weight):
-    """Each sample's class weight; "balanced" counts the classes by weight.
-
-    ``"balanced"`` gives class ``k`` the weight ``sum(w) / (n_classes
-    sum_{y_i = k} w_i)`` with ``w`` the sample weights (scikit-learn's
-    LogisticRegression does the same), so that integer sample weights stay
-    equivalent to repeated samples; a dict maps labels to weights (others 1).
-    One-vs-rest problems use these weights of the original labels.
-    """
-    index = np.searchsorted(classes, y)
-    if class_weight == "balanced":
-        totals = np.bincount(index, weights=sample_weight, minlength=len(classes))
-        with np.errstate(divide="ignore"):
-            per_class = np.where(
-                totals > 0, np.sum(sample_weight) / (len(classes) * totals), 1.0
-            )
-        return per_class[index]
-    unknown = set(class_weight) - set(classes.tolist())
-    if unknown:
-        raise ValueError(
-            f"The given class_weight dict has labels {sorted(unknown, key=str)} "
-            f"that are not classes of y ({classes.tolist()})."
-        )
-    per_class = np.array([float(class_weight.get(c, 1.0)) for c in classes.tolist()])
-    return per_class[index]

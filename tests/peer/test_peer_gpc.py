@@ -256,7 +256,10 @@ def _bound_warnings(kernel, X_fit):
         warnings.simplefilter("always")
         _gpc(kernel=kernel).fit(X_fit, y)
     assert [r.category for r in record] == [ConvergenceWarning] * len(record)
-    return [r.message.args[0] for r in record]
+    # Only the bounds' warnings: a kernel held away from what the data ask
+    # for may also leave a model no better than the majority class, which
+    # warns too.
+    return [r.message.args[0] for r in record if "bound" in r.message.args[0]]
 
 
 def test_warning_bounds():

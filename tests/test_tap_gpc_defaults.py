@@ -1,0 +1,130 @@
+"""The GP classifier's defaults hold on data nobody tuned them to.
+
+The default kernel starts on the data's own scale (the median distance
+between the inputs), a search that ends at a kernel blind to the inputs is
+repeated from there, and a model that predicts no better than the majority
+class says so.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import pdist
+from sklearn.datasets import load_digits, make_classification
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process.kernels import RBF
+from sklearn.gaussian_process.kernels import ConstantKernel as C
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+
+from sklearn_meanfield import TAPGaussianProcessClassifier
+from sklearn_meanfield.tap._kernels import (
+    data_length_scale,
+    ignores_inputs,
+    with_length_scale,
+)
+
+
+def _high_dimensional(n=300, d=100, informative=10):
+    X, y = make_classification(
+        n_samples=n,
+        n_features=d,
+        n_informative=informative,
+        n_redundant=0,
+        random_state=0,
+    )
+    return StandardScaler().fit_transform(X), y
+
+
+def test_data_length_scale_is_the_median_distance_at_any_scale():
+    X = np.random.RandomState(0).normal(size=(120, 7))
+    expected = np.median(pdist(X))
+    assert data_length_scale(X) == pytest.approx(expected, rel=1e-12)
+    # Scaled data: scaled distances, without overflow or underflow.
+    for factor in (1e-300, 1e300):
+        assert data_length_scale(factor * X) == pytest.approx(
+            factor * expected, rel=1e-12
+        )
+    # Every row the same: no distance to speak of.
+    assert data_length_scale(np.ones((5, 3))) == 1.0
+
+
+def test_length_scales_are_set_from_the_data_within_their_bounds():
+    X = np.random.RandomState(1).normal(size=(60, 4))
+    ell = data_length_scale(X)
+    kernel = C(2.0) * RBF([1.0, 1.0, 1.0, 1.0], (1e-3, 1e5))
+    rescaled = with_length_scale(kernel, X)
+    np.testing.assert_allclose(rescaled.k2.length_scale, np.full(4, ell))
+    assert rescaled.k1.constant_value == 2.0
+    clipped = with_length_scale(C(1.0) * RBF(1.0, (1e-3, ell / 2)), X)
+    assert clipped.k2.length_scale == pytest.approx(ell / 2)
+    # No free length scale: nothing to set.
+    assert with_length_scale(C(1.0) * RBF(1.0, "fixed"), X) is None
+
+
+def test_default_kernel_starts_at_the_median_distance_and_ignores_the_scale():
+    X, y = _high_dimensional(80, 30)
+    model = TAPGaussianProcessClassifier(optimizer=None).fit(X, y)
+    assert model.kernel_.k2.length_scale == pytest.approx(data_length_scale(X))
+    # The default kernel scales with the data: any unit gives the same model.
+    for factor in (1e-300, 1e-3, 1e3, 1e300):
+        scaled = TAPGaussianProcessClassifier(optimizer=None).fit(factor * X, y)
+        np.testing.assert_allclose(
+            scaled.predict_proba(factor * X), model.predict_proba(X), rtol=1e-9
+        )
+        assert scaled.loo_error_ == model.loo_error_
+
+
+# A kernel of one's own keeps scikit-learn's bound warnings.
+@pytest.mark.filterwarnings("ignore:The optimal value found:ConvergenceWarning")
+@pytest.mark.parametrize("kernel", [None, C(1.0) * RBF(1.0)])
+def test_a_search_blind_to_the_inputs_is_repeated_from_the_data_scale(kernel):
+    # 100 standardised features: distances of about 14, so from length scale
+    # 1 every off-diagonal kernel value is exp(-100) and the evidence is
+    # n log(1/2), whatever the labels (each point on its own, probit of a
+    # zero-mean field), with no gradient in the length scale.
+    X, y = _high_dimensional()
+    blind = C(1.0) * RBF(1.0)
+    assert ignores_inputs(blind, X)
+    model = TAPGaussianProcessClassifier(kernel=kernel, random_state=0).fit(X, y)
+    white_noise = model.log_marginal_likelihood(blind.theta)
+    assert white_noise == pytest.approx(len(y) * np.log(0.5), rel=1e-9)
+    assert not ignores_inputs(model.kernel_, X)
+    # A better model than white noise exists, and the fit found it: the
+    # evidence of 10 informative features of 300 points is tens of nats up.
+    assert model.log_marginal_likelihood_value_ > white_noise + 5.0
+    assert model.loo_error_ < 0.4  # white noise: 0.5 or worse
+
+
+def test_a_model_no_better_than_the_majority_class_warns():
+    # Inputs that carry nothing: every row the same, so every model is
+    # constant and predicts the majority class, leave-one-out or not.
+    X = np.zeros((30, 2))
+    y = np.r_[np.zeros(20), np.ones(10)]
+    with pytest.warns(ConvergenceWarning, match="no better than the majority class"):
+        model = TAPGaussianProcessClassifier(random_state=0).fit(X, y)
+    assert model.loo_error_ == pytest.approx(1 / 3)
+
+
+def test_a_model_that_learned_something_does_not_warn_of_the_majority():
+    X, y = _high_dimensional(120, 5, informative=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = TAPGaussianProcessClassifier(random_state=0).fit(X, y)
+    assert model.loo_error_ < 0.3
+
+
+@pytest.mark.slow
+def test_standardised_digits_are_classified_not_collapsed():
+    # The full digits' 0-against-rest problem, standardised: 64 features on
+    # distances of about 10.
+    X, y = load_digits(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    X_train, X_test, y_train, y_test = train_test_split(
+        X, y == 0, random_state=0, stratify=y
+    )
+    model = TAPGaussianProcessClassifier(random_state=0).fit(X_train, y_train)
+    assert not ignores_inputs(model.kernel_, X_train)
+    assert model.loo_error_ < 0.02  # the majority class: 0.099
+    assert model.score(X_test, y_test) > 0.98
