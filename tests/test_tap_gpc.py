@@ -1305,10 +1305,12 @@ def test_stop_during_the_search_keeps_the_best_point_so_far():
         -best_value, rel=1e-9
     )
     assert stopped.log_marginal_likelihood_value_ < full.log_marginal_likelihood_value_
-    # The stopped model is the model of that kernel: a fixed-kernel fit there.
+    # The stopped model is the model of that kernel: a fixed-kernel fit there,
+    # up to the EP tolerance of the search's evaluations (at most 1e-3
+    # posterior standard deviations, times the probit's slope below 0.4).
     at_best = TAPGaussianProcessClassifier(kernel=stopped.kernel_, optimizer=None)
     np.testing.assert_allclose(
-        stopped.predict_proba(X), at_best.fit(X, y).predict_proba(X), atol=1e-6
+        stopped.predict_proba(X), at_best.fit(X, y).predict_proba(X), atol=4e-4
     )
 
 

@@ -77,7 +77,7 @@ def test_default_kernel_starts_at_the_median_distance_and_ignores_the_scale():
 
 
 # A kernel of one's own keeps scikit-learn's bound warnings.
-@pytest.mark.filterwarnings("ignore:The optimal value found:ConvergenceWarning")
+@pytest.mark.filterwarnings("ignore:The optimal value found:sklearn.exceptions.ConvergenceWarning")
 @pytest.mark.parametrize("kernel", [None, C(1.0) * RBF(1.0)])
 def test_a_search_blind_to_the_inputs_is_repeated_from_the_data_scale(kernel):
     # 100 standardised features: distances of about 14, so from length scale
@@ -128,3 +128,40 @@ def test_standardised_digits_are_classified_not_collapsed():
     assert not ignores_inputs(model.kernel_, X_train)
     assert model.loo_error_ < 0.02  # the majority class: 0.099
     assert model.score(X_test, y_test) > 0.98
+
+
+@pytest.mark.filterwarnings("ignore:The optimal value found:sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.filterwarnings("ignore:The fitted model predicts:sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("factor", [1e-300, 1e300])
+def test_inputs_beyond_a_kernels_reach_are_named(factor):
+    # RBF's length scale within (1e-5, 1e5) cannot come near distances of
+    # 1e300 or 1e-300: the warning names the data's scale and the bounds.
+    X, y = _high_dimensional(60, 2, informative=2)
+    with pytest.warns(ConvergenceWarning, match="median distance between the inputs"):
+        TAPGaussianProcessClassifier(C(1.0) * RBF(1.0), random_state=0).fit(
+            factor * X, y
+        )
+    # The default kernel goes where the data are: no such warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = TAPGaussianProcessClassifier(random_state=0).fit(factor * X, y)
+    assert model.score(factor * X, y) > 0.8
+
+
+@pytest.mark.parametrize("returned", [[np.nan, 0.0], [0.0, np.inf], [0.0]])
+def test_an_optimizer_returning_no_valid_point_is_refused(returned):
+    X, y = _high_dimensional(40, 2, informative=2)
+
+    def optimizer(objective, initial_theta, bounds):
+        return np.array(returned), 0.0
+
+    with pytest.raises(ValueError, match="optimizer returned the hyperparameters"):
+        TAPGaussianProcessClassifier(optimizer=optimizer).fit(X, y)
+
+
+@pytest.mark.parametrize("theta", [1.0, [[0.0, 0.0]], [np.nan, 0.0]])
+def test_log_marginal_likelihood_refuses_a_theta_that_is_no_point(theta):
+    X, y = _high_dimensional(40, 2, informative=2)
+    model = TAPGaussianProcessClassifier(optimizer=None).fit(X, y)
+    with pytest.raises(ValueError, match="theta must be a one-dimensional"):
+        model.log_marginal_likelihood(theta)

@@ -37,7 +37,7 @@ from ._core import (
 )
 from ._fallback import ep_with_fallback
 from ._hooks import print_sweeps, sweep_steps
-from ._kernels import ignores_inputs, with_length_scale
+from ._kernels import ignores_inputs, length_scale_outside_bounds, with_length_scale
 from ._likelihoods import make_likelihood
 
 __all__ = [
@@ -448,6 +448,12 @@ def _run_optimizer(
         try:
             theta, value = options.optimizer(search, initial_theta, bounds=bounds)
             theta = np.asarray(theta, dtype=float)
+            if theta.shape != np.shape(initial_theta) or not np.all(np.isfinite(theta)):
+                raise ValueError(
+                    f"The optimizer returned the hyperparameters {theta!r}; a "
+                    "callable optimizer must return finite log-hyperparameters "
+                    f"of the shape of initial_theta, {np.shape(initial_theta)}."
+                )
         except _StopRequested:
             return _OptimizerRun(search.theta, float(search.best), search.sites, True)
     if search.best < value or not np.isfinite(value):
@@ -531,17 +537,25 @@ def _optimise(X, t, kernel, options, seed, n_jobs, reporter, weights):
         return (start, X, t, kernel, options, task, weights)
 
     best, stopped = best_optimiser_run(starts, arguments, n_jobs, reporter)
-    rescaled = None
-    fitted = _at(best.theta, kernel, options)[0]
-    if not stopped and ignores_inputs(fitted, X, weights):
-        rescaled = with_length_scale(kernel, X, weights)
+    if stopped or not ignores_inputs(_at(best.theta, kernel, options)[0], X, weights):
+        return best, stopped
+    rescaled = with_length_scale(kernel, X, weights)
     if rescaled is not None:
         start = theta0.copy()
         start[: kernel.n_dims] = rescaled.theta
-        reporter(1, "the kernel became constant: one more run from the data's scale")
+        reporter(1, "the kernel ignores the inputs: one more run from their scale")
         retry, stopped = best_optimiser_run([start], arguments, n_jobs, reporter)
         if retry.neg_log_evidence < best.neg_log_evidence:
             best = retry
+    outside = length_scale_outside_bounds(kernel, X, weights)
+    if outside is not None:
+        warnings.warn(
+            f"The median distance between the inputs, {outside[0]:.3g}, lies "
+            f"outside the bounds {outside[1]} of the kernel's length scale, "
+            "which cannot reach the data's scale: standardise X, or widen "
+            "the bounds.",
+            ConvergenceWarning,
+        )
     return best, stopped
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "data_length_scale",
     "default_kernel",
     "ignores_inputs",
+    "length_scale_outside_bounds",
     "with_length_scale",
 ]
 
@@ -113,6 +114,19 @@ def with_length_scale(kernel, X, sample_weight=None):
         if np.ndim(params[name]) == 0:
             values[name] = float(values[name])
     return kernel.clone_with_theta(kernel.theta).set_params(**values)
+
+
+def length_scale_outside_bounds(kernel, X, sample_weight=None):
+    """``(ell, bounds)`` for the first free length scale of ``kernel`` whose
+    bounds exclude the median distance ``ell`` of ``X`` by more than a
+    factor 1000 (None when every one can reach it)."""
+    ell = data_length_scale(X, sample_weight)
+    params = kernel.get_params()
+    for name in _length_scale_names(kernel):
+        low, high = np.asarray(params[name + "_bounds"], dtype=float).reshape(-1, 2)[0]
+        if not 1e-3 * low <= ell <= 1e3 * high:
+            return ell, (float(low), float(high))
+    return None
 
 
 def _distinct_rows(X, sample_weight, max_rows):
