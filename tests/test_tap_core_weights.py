@@ -525,25 +525,53 @@ def test_probit_and_logistic_weights_below_one_converge(name):
 
 @pytest.mark.parametrize("name", ["probit", "logistic"])
 def test_power_mode_is_consistent_under_splitting_fractional_weights(name):
-    # weights_below_power="power" (the default for these likelihoods): k
-    # copies of weight w / k are one site of weight w, for fractional w too
-    # (here 0.9 as three copies of 0.3).
+    # weights_below_power="power": k copies of weight w / k are one site of
+    # weight w, for fractional w too (here 0.9 as three copies of 0.3).
     X, t, w = _problem(12, 15)
     w = w * 0.3
     K = RBF(0.9)(X)
     index, first = _repeat_index(np.full(12, 3.0))
     likelihood = make_likelihood(name, 0.0)
     one = expectation_propagation(
-        KernelPosterior(K), t, likelihood, site_weights=3 * w, **TIGHT
+        KernelPosterior(K),
+        t,
+        likelihood,
+        site_weights=3 * w,
+        weights_below_power="power",
+        **TIGHT,
     )
     copies = expectation_propagation(
         KernelPosterior(K[np.ix_(index, index)]),
         t[index],
         likelihood,
         site_weights=w[index],
+        weights_below_power="power",
         **TIGHT,
     )
     assert one.converged and copies.converged
     np.testing.assert_allclose(one.tau, np.bincount(index, copies.tau), rtol=1e-8)
     np.testing.assert_allclose(one.mean, copies.mean[first], rtol=1e-8)
     assert one.log_evidence == pytest.approx(copies.log_evidence, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["probit", "logistic"])
+@pytest.mark.parametrize("weight", [0.2, 0.5])
+def test_default_mode_converges_for_light_sites_of_strong_sites(name, weight):
+    # Power EP's cavity removes 1 / w of a site: below AUTO_TEMPERED_BELOW it
+    # turns improper where the site dominates (amplitude 1000, the default
+    # kernel's largest).  The default mode tempers those sites; a site of
+    # weight 1 or more is untouched (repeated rows stay exact).
+    rng = np.random.RandomState(0)
+    X = rng.uniform(-2, 2, (40, 2))
+    t = np.where(X[:, 0] + 0.3 * rng.randn(40) > 0.2, 1.0, -1.0)
+    w = np.where(t > 0, weight, 1.0)
+    solution = expectation_propagation(
+        KernelPosterior(1000.0 * RBF(0.5)(X)),
+        t,
+        make_likelihood(name, 0.0),
+        site_weights=w,
+        max_iter=500,
+    )
+    assert solution.converged
+    assert np.all(np.isfinite(solution.cavity_mean))
+    assert np.all(solution.cavity_var > 0)
