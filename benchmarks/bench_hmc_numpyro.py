@@ -355,7 +355,14 @@ def _leapfrog_detail(est):
 
 
 def run_ours(X, y, X_test, y_test, n_hidden, sampler, quick, seed=0, n_temperatures=1):
-    kwargs = dict(hidden_layer_size=n_hidden, n_jobs=N_CORES, random_state=seed)
+    # Chains that disagree are continued, as NUTS's are not: the fit a user
+    # makes to get converged chains.
+    kwargs = dict(
+        hidden_layer_size=n_hidden,
+        max_samples="auto",
+        n_jobs=N_CORES,
+        random_state=seed,
+    )
     if sampler is not None:
         kwargs["sampler"] = sampler
     if n_temperatures > 1:

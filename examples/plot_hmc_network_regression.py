@@ -39,14 +39,12 @@ y[10] += 1.0
 # leapfrog steps); two workers run two chains each.  On these data the chains
 # first disagree about the precision of the hidden biases (units whose tanh
 # transition sits in the gap or beyond the data have biases the data do not
-# pin down, and their sum of squares drifts slowly), so the fit continues
-# them until they agree: R-hat 1.029 after 2000 draws per chain, in about
-# 20 s on two cores.  A few trajectories (8 of 8000) diverge, which the fit
-# warns about; target_accept=0.9 (a smaller step) avoids them at about the
-# same cost (1.039 after 2000 draws, 23 s).  Neal's fixed 100-step
-# trajectories (sampler="hmc") need 5000 draws to agree (R-hat 1.050, 19 s).
-# The traces below show how far the predictions agree.
-model = HMCNetworkRegressor(n_jobs=2, random_state=0)
+# pin down, and their sum of squares drifts slowly), so
+# ``max_samples="auto"`` continues them until they agree (up to 8000 draws
+# per chain on data this small).  target_accept=0.9 (a smaller step) avoids
+# the few divergent trajectories the fit may warn about.  The traces below
+# show how far the predictions agree.
+model = HMCNetworkRegressor(max_samples="auto", n_jobs=2, random_state=0)
 model.fit(X, y)
 print(f"acceptance per chain: {np.round(model.acceptance_rate_, 2)}")
 print(f"noise sd: {model.noise_std_[0]:.3f}, largest split R-hat: {model.rhat_:.3f}")

@@ -300,8 +300,12 @@ class StandardizedRegressorMixin:
             y_numeric=True,
             dtype=np.float64,
             ensure_min_samples=2,
+            # Row-major whatever the input (a DataFrame is column-major): the
+            # scalers' sums and the models' products then round the same way
+            # for the same data, and chaotic chains make the same draws.
+            order="C",
         )
-        y = y.astype(np.float64, copy=False)
+        y = np.ascontiguousarray(y, dtype=np.float64)
         if sample_weight is not None:
             sample_weight = _check_sample_weight(
                 sample_weight, X, dtype=np.float64, ensure_non_negative=True

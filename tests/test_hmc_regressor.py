@@ -1,5 +1,6 @@
 """HMCNetworkRegressor against the truth of generated data and brute-force refits."""
 
+import re
 import warnings
 from types import SimpleNamespace
 
@@ -263,7 +264,7 @@ def test_convergence_warning_names_the_worst_quantity(ard, n_outputs, index, nam
         )
     if "column" in named:
         named += " of precision_draws_"
-    expected = f"R-hat 1.400 > 1.05, for {named} (smallest bulk ESS 100)."
+    expected = f"The 2 chains disagree: R-hat 1.400 > 1.05, for {named}."
     assert expected in str(caught[0].message), str(caught[0].message)
 
 
@@ -292,6 +293,138 @@ def test_convergence_warning_names_the_column_of_a_data_frame(monkeypatch):
         "R-hat 1.500 > 1.05, for the relevance precision of input 1 ('noise'), "
         "column 1 of precision_draws_" in message
     ), message
+
+
+@pytest.mark.parametrize("n_samples", [0, -1, 2.7, "3"])
+def test_sample_y_refuses_a_number_of_draws_that_is_no_positive_integer(
+    fitted_1d, n_samples
+):
+    X = np.zeros((3, 1))
+    with pytest.raises(ValueError, match="'n_samples' parameter"):
+        fitted_1d.sample_y(X, n_samples=n_samples)
+    assert fitted_1d.sample_y(X, n_samples=np.int64(2)).shape == (3, 2)
+
+
+def _script_rhat(monkeypatch, rhat_after):
+    """Make every monitored R-hat ``rhat_after(n_draws per chain)``; the
+    effective sample sizes stay computed from the draws."""
+    computed = regressor.rhat_and_bulk_ess
+
+    def scripted(monitored):
+        rhat, ess = computed(monitored)
+        return np.full_like(rhat, rhat_after(monitored.shape[1])), ess
+
+    monkeypatch.setattr(regressor, "rhat_and_bulk_ess", scripted)
+
+
+def test_default_keeps_n_samples_draws_and_names_max_samples(monkeypatch):
+    # Chains the continuation rule would take on (R-hat 1.2): by default
+    # every chain keeps n_samples draws, and the warning names max_samples.
+    _script_rhat(monkeypatch, lambda n_draws: 1.2)
+    X, y = one_dimensional(30, seed=6)
+    model = HMCNetworkRegressor(
+        hidden_layer_size=2, n_samples=8, n_warmup=8, n_leapfrog=3, n_chains=2
+    )
+    assert model.max_samples is None
+    with pytest.warns(ConvergenceWarning, match="R-hat") as caught:
+        model.set_params(random_state=0).fit(X, y)
+    assert model.n_draws_ == 8
+    assert model.parameter_draws_.shape[0] == 2 * 8
+    message = next(str(w.message) for w in caught if "R-hat" in str(w.message))
+    assert message.endswith(
+        "Set max_samples='auto' to continue the chains until they agree."
+    )
+
+
+def test_verbose_acceptance_is_the_mean_over_each_block(monkeypatch, capsys):
+    # Continued runs start within a block of iterations (the blocks are a
+    # tenth of each run's iterations): each line's mean acceptance must be
+    # that of the iterations the line covers, which the per-draw statistics
+    # give independently.
+    n_warmup = n_samples = 20
+    _script_rhat(monkeypatch, lambda n_draws: 1.2 if n_draws < 60 else 1.0)
+    X, y = one_dimensional(30, seed=6)
+    model = HMCNetworkRegressor(
+        hidden_layer_size=3,
+        n_samples=n_samples,
+        max_samples="auto",
+        n_warmup=n_warmup,
+        n_leapfrog=3,
+        n_chains=2,
+        n_jobs=1,
+        verbose=1,
+        random_state=0,
+    ).fit(X, y)
+    assert model.n_draws_ == 60  # two continuations
+    acceptance = model.chain_draws()["acceptance_rate"]  # (n_chains, n_kept)
+    lines = re.findall(
+        r"iteration (\d+)/(\d+) \(sampling\), mean acceptance \[([^\]]*)\]",
+        capsys.readouterr().out,
+    )
+    partial = 0
+    for done, total, printed in lines:
+        done, total = int(done), int(total)
+        # A run ends at `total` iterations; a continuation starts n_samples
+        # draws before its end, the first run at 0.
+        start = 0 if total == n_warmup + n_samples else total - n_samples
+        first = max(done - max(total // 10, 1), start)
+        partial += first == start > 0
+        expected = acceptance[:, first - n_warmup : done - n_warmup].mean(axis=1)
+        # Printed with two decimals.
+        np.testing.assert_allclose(
+            [float(v) for v in printed.split()], expected, atol=0.006
+        )
+    assert partial == 2  # each continuation's first line covers part of a block
+
+
+def test_draws_do_not_depend_on_the_memory_layout_of_the_data():
+    # The same data row-major, column-major and as DataFrames (which are
+    # column-major after validation): the same model, draw for draw.
+    pd = pytest.importorskip("pandas")
+    rng = np.random.RandomState(3)
+    X = rng.uniform(-2, 2, size=(40, 3))
+    Y = np.column_stack([truth(X[:, 0]), np.tanh(X[:, 1])])
+    Y += NOISE * rng.normal(size=Y.shape)
+    X_test = rng.uniform(-2, 2, size=(9, 3))
+    params = dict(
+        hidden_layer_size=3,
+        n_samples=12,
+        n_warmup=12,
+        n_leapfrog=5,
+        n_chains=2,
+        random_state=0,
+    )
+    columns = ["a", "b", "c"]
+    fits = {
+        "C": (X, Y, X_test),
+        "F": (np.asfortranarray(X), np.asfortranarray(Y), np.asfortranarray(X_test)),
+        "DataFrame": (
+            pd.DataFrame(X, columns=columns),
+            pd.DataFrame(Y, columns=["y0", "y1"]),
+            pd.DataFrame(X_test, columns=columns),
+        ),
+    }
+    assert not np.asarray(fits["DataFrame"][0]).flags.c_contiguous
+    results = {}
+    for name, (X_fit, Y_fit, X_pred) in fits.items():
+        model = HMCNetworkRegressor(**params).fit(X_fit, Y_fit)
+        results[name] = (
+            model.parameter_draws_,
+            model.noise_precision_draws_,
+            model.precision_draws_,
+            *model.predict(X_pred, return_std=True),
+            model.predict_draws(X_pred),
+            model.sample_y(X_pred, n_samples=3, random_state=1),
+            model.loo_prediction_,
+        )
+    for name in ("F", "DataFrame"):
+        for reference, value in zip(results["C"], results[name]):
+            np.testing.assert_array_equal(np.asarray(value), reference)
+    # Predictions of one model on rows in either layout agree too.
+    model = HMCNetworkRegressor(**params).fit(X, Y)
+    np.testing.assert_array_equal(
+        model.predict_draws(np.asfortranarray(X_test)), model.predict_draws(X_test)
+    )
 
 
 def test_verbose_reports_chain_progress(capsys):

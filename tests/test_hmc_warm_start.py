@@ -16,6 +16,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from sklearn_meanfield import HMCNetworkRegressor
 from sklearn_meanfield.hmc import _chains
+from sklearn_meanfield.hmc import regressor as hmc_regressor
 from sklearn_meanfield.hmc._chains import ChainCheckpoint, ChainSettings, sample_chains
 
 # Short fits, far from converged: their warnings are expected.
@@ -246,14 +247,30 @@ def test_an_interrupted_continuation_keeps_the_fit_it_continued(monkeypatch):
     _assert_same_fit(model.fit(X, y), whole)
 
 
-def test_the_convergence_warning_suggests_continuing_the_chains():
+def test_the_convergence_warning_suggests_continuing_the_chains(monkeypatch):
+    # Chains a little apart (scripted R-hat, so that the remedy does not hang
+    # on rounding), continued as far as max_samples allows: more draws of
+    # the same chains is the remedy, after how far they went.
+    computed = hmc_regressor.rhat_and_bulk_ess
+
+    def scripted(monitored):
+        rhat, ess = computed(monitored)
+        return np.full_like(rhat, 1.08), ess
+
+    monkeypatch.setattr(hmc_regressor, "rhat_and_bulk_ess", scripted)
     X, y = _data()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = _model(n_samples=8).fit(X, y)
-    assert model.rhat_ > 1.05
+        model = _model(n_samples=8, max_samples=16).fit(X, y)
+    assert model.n_draws_ == 16
     messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
-    assert any("warm_start=True and a larger n_samples" in m for m in messages)
+    rhat = [m for m in messages if "R-hat" in m]
+    assert rhat == [
+        "The 3 chains disagree: R-hat 1.080 > 1.05, for the prediction at "
+        "training sample 0. The chains were continued to 16 draws each "
+        "(max_samples allows 16). Refit with warm_start=True and a larger "
+        "n_samples to continue these chains."
+    ]
 
 
 def test_a_fit_without_warm_start_can_be_continued_after_the_warning():

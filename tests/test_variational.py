@@ -105,6 +105,15 @@ def test_predict_matches_monte_carlo_of_sample_y_multi_output():
     assert single.loo_prediction_.shape == y.shape
 
 
+@pytest.mark.parametrize("n_samples", [0, -1, 2.7, "3"])
+def test_sample_y_refuses_a_number_of_draws_that_is_no_positive_integer(n_samples):
+    X, y = _sine(n=20)
+    model = _fit(X, y, hidden_layer_size=2, max_iter=5)
+    with pytest.raises(ValueError, match="'n_samples' parameter"):
+        model.sample_y(X[:3], n_samples=n_samples)
+    assert model.sample_y(X[:3], n_samples=np.int64(2)).shape == (3, 2)
+
+
 def test_fitted_attributes_and_units():
     X, y = _sine(seed=2)
     model = _fit(X, 100 * y + 7, hidden_layer_size=3)

@@ -933,10 +933,11 @@ class ChainProgress:
     """The ``on_iteration`` of a batch of chains in a fit: progress and callbacks.
 
     After every block of iterations (:func:`iteration_blocks`) it prints a
-    line (``verbose >= 1``: mean acceptance over the block, noise sd per
-    chain) and runs one ``"iterations"`` step of every chain's callback task;
-    it asks to stop when a callback does.  Used as a context manager it runs
-    the tasks' begin hooks on entry and their end hooks on success.
+    line (``verbose >= 1``: mean acceptance over the block's iterations this
+    run made, noise sd per chain) and runs one ``"iterations"`` step of every
+    chain's callback task; it asks to stop when a callback does.  Used as a
+    context manager it runs the tasks' begin hooks on entry and their end
+    hooks on success.
 
     Parameters
     ----------
@@ -974,7 +975,9 @@ class ChainProgress:
         self.reporter = ProgressReporter(
             verbose, f"HMCNetworkRegressor chains {chain_ids}"
         )
-        self.recent = 0.0  # summed acceptance probabilities of the block
+        # Summed acceptance probabilities of the block and their number: a
+        # continued run starts within a block, so its first one is partial.
+        self.recent, self.n_recent = 0.0, 0
 
     def __enter__(self):
         for task in self.tasks:
@@ -990,6 +993,7 @@ class ChainProgress:
 
     def __call__(self, iteration, state, info):
         self.recent = self.recent + info.accept_prob
+        self.n_recent += 1
         done = iteration + 1
         if done % self.block_size == 0:
             self.reporter(
@@ -998,12 +1002,12 @@ class ChainProgress:
                 done,
                 self.total,
                 "warm-up" if iteration < self.n_warmup else "sampling",
-                np.array2string(self.recent / self.block_size, precision=2),
+                np.array2string(self.recent / self.n_recent, precision=2),
                 np.array2string(
                     1.0 / np.sqrt(state.noise_precision.mean(axis=1)), precision=3
                 ),
             )
-            self.recent = 0.0
+            self.recent, self.n_recent = 0.0, 0
         if done % self.block_size == 0 or done == self.total:
             # Every chain's step runs (no short-circuit), whichever asks.
             return any([task.step("iterations") for task in self.tasks])

@@ -10,7 +10,11 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import (
+    Interval,
+    StrOptions,
+    validate_parameter_constraints,
+)
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import StandardizedRegressorMixin, atomic_fit
@@ -82,13 +86,13 @@ CONVERGED_RHAT = 1.05
 
 # Chains above CONVERGED_RHAT but at most this continue (max_samples), on
 # more than SMALL_DATA_ROWS rows.  With the default sampler="chees" and the
-# redraws of hidden units, the default fits measured whose R-hat after 1000
-# draws was at most 1.29 came under 1.05 within 4000 (friedman1 with 1000
-# rows: 1.11-1.25 after 1000 draws; 2000 rows: 1.07-1.12), while chains
-# further apart (friedman1 with 5000 rows: 1.47-1.54 after 1000 draws, 1.31
-# after 4000 at three times the time; one friedman1 seed of ten with 2000
-# rows, 1.616) need more than max_samples="auto" allows: they stop at once,
-# and the warning points to replica exchange.
+# redraws of hidden units, the fits measured (max_samples="auto") whose R-hat
+# after 1000 draws was at most 1.29 came under 1.05 within 4000 (friedman1
+# with 1000 rows: 1.11-1.25 after 1000 draws; 2000 rows: 1.07-1.12), while
+# chains further apart (friedman1 with 5000 rows: 1.47-1.54 after 1000 draws,
+# 1.31 after 4000 at three times the time; one friedman1 seed of ten with
+# 2000 rows, 1.616) need more than max_samples="auto" allows: they stop at
+# once, and the warning suggests another remedy.
 CONTINUE_MAX_RHAT = 1.3
 
 # max_samples="auto": at most this many times n_samples draws per chain.
@@ -243,6 +247,72 @@ def _describe_quantity(index, n_samples, n_outputs, layout, feature_names=None):
     return f"{what}, column {group} of precision_draws_"
 
 
+def _convergence_remedy(draws, settings, rhat, *, large_data, continuation):
+    """The one change the R-hat warning suggests, as a sentence.
+
+    The first that applies, in this order: a sampler other than ``"chees"``
+    (the adapted trajectories are what make chains of this network meet);
+    adapted trajectory lengths within 10% of their bound (``max_leapfrog``);
+    chains a continuation would have taken on (R-hat within
+    ``continuation.max_rhat``) that ``max_samples`` did not let go on; a
+    warm-up that annealed (one twice as long); ``large_data`` warmed up
+    without annealing (the annealed warm-up); chains held apart (R-hat above
+    ``TEMPERING_SUGGESTED_RHAT``) without replica exchange; otherwise more
+    draws of the same chains (``warm_start``).  The cheap changes come first,
+    replica exchange, at several times the time per draw, last but one.
+
+    Parameters
+    ----------
+    draws : ChainDraws
+    settings : ChainSettings
+    rhat : float
+        The largest split R-hat.
+    large_data : bool
+        The data are large enough for the annealed warm-up.
+    continuation : Continuation or None
+        How the fit may continue its chains; None is as ``max_samples=None``
+        on more than ``SMALL_DATA_ROWS`` rows.
+
+    Returns
+    -------
+    remedy : str
+    """
+    if settings.sampler != "chees":
+        return (
+            "Use sampler='chees', whose longer adapted trajectories help the "
+            "chains meet."
+        )
+    max_leapfrog = settings.max_leapfrog
+    if np.any(draws.trajectory_length >= 0.9 * max_leapfrog * draws.step_size / 2):
+        return (
+            f"Increase max_leapfrog: the adapted trajectory lengths reached "
+            f"its bound ({max_leapfrog} steps)."
+        )
+    if continuation is None:
+        may_continue, max_rhat = False, CONTINUE_MAX_RHAT
+    else:
+        may_continue = continuation.max_draws > continuation.step
+        max_rhat = continuation.max_rhat
+    if not may_continue and rhat <= max_rhat:
+        return "Set max_samples='auto' to continue the chains until they agree."
+    if settings.anneal:
+        return (
+            f"Set n_warmup={2 * settings.n_warmup}: an annealed warm-up twice "
+            "as long cools the chains more slowly."
+        )
+    if large_data:
+        return (
+            "Set anneal_warmup=True: on data this large, annealing lets the "
+            "chains settle into the same configurations."
+        )
+    if len(settings.inverse_temperatures) == 1 and rhat > TEMPERING_SUGGESTED_RHAT:
+        return (
+            "Try replica exchange, n_temperatures=8, at three to eight times "
+            "the time per draw."
+        )
+    return "Refit with warm_start=True and a larger n_samples to continue these chains."
+
+
 def _check_convergence(
     draws,
     diagnostics,
@@ -250,29 +320,21 @@ def _check_convergence(
     *,
     layout,
     large_data=False,
-    continuation="",
+    continuation=None,
+    note="",
     feature_names=None,
 ):
     """Largest split R-hat and smallest bulk ESS; warn about poor mixing.
 
     ``diagnostics`` is ``rhat_and_bulk_ess(_monitored(draws))``, per
     quantity: the predictions at the training points and the log
-    precisions.  Warns (``ConvergenceWarning``) when a callback
-    stopped the chains in warm-up, when R-hat exceeds 1.05 (naming the worst
-    quantity, :func:`_describe_quantity` given the ``layout`` and the
-    ``feature_names``: users act differently on a prediction than on a prior
-    precision that mixes slowly, and the remedies of the ``settings`` the
-    chains ran with: longer trajectories for ``"hmc"``; ``"chees"`` for
-    ``"chees_rate"``; for ``"chees"``, whose lengths adapt, a larger
-    ``max_leapfrog`` when the adapted lengths came within 10% of their
-    bound, else longer warm-up and more draws; on ``large_data`` warmed up
-    without annealing, also the annealed warm-up; for a
-    warm-up that annealed, one twice as long; continuing the chains with
-    ``warm_start``; for chains without replica exchange whose R-hat exceeds
-    ``TEMPERING_SUGGESTED_RHAT``, replica exchange; ``continuation``, a
-    sentence on how far the chains were continued, comes first) and when
-    trajectories diverged after warm-up (naming the fit's
-    ``target_accept``).
+    precisions.  Warns (``ConvergenceWarning``) when a callback stopped the
+    chains in warm-up, when trajectories diverged after warm-up (naming the
+    fit's ``target_accept``), and when R-hat exceeds ``CONVERGED_RHAT``: one
+    line that names the worst quantity (:func:`_describe_quantity`, given the
+    ``layout`` and the ``feature_names``: users act differently on a
+    prediction than on a prior precision that mixes slowly), ``note`` and one
+    remedy (:func:`_convergence_remedy`).
 
     Parameters
     ----------
@@ -286,15 +348,16 @@ def _check_convergence(
     large_data : bool, default=False
         The data are large enough for the annealed warm-up
         (``ANNEAL_AUTO_ROWS``, counting ``sample_weight``).
-    continuation : str, default=""
-        How far the chains were continued, put before the remedies.
+    continuation : Continuation or None, default=None
+        How the fit may continue its chains (``max_samples``).
+    note : str, default=""
+        How far the chains were continued, put before the remedy.
     feature_names : ndarray of str or None, default=None
 
     Returns
     -------
     rhat, ess : float
     """
-    sampler, max_leapfrog = settings.sampler, settings.max_leapfrog
     if draws.stopped_in_warmup:
         warnings.warn(
             f"A callback stopped the sampling during warm-up: each chain "
@@ -311,62 +374,16 @@ def _check_convergence(
         n_samples, n_outputs = outputs.shape[2], outputs.shape[3]
         worst = int(np.argmax(rhat_all))
         what = _describe_quantity(worst, n_samples, n_outputs, layout, feature_names)
-        if sampler == "hmc":
-            remedy = (
-                "Increase n_samples, n_warmup or n_leapfrog (chains in "
-                "different configurations of the network mix fastest with "
-                "longer trajectories), or use sampler='chees', which adapts "
-                "the trajectory length."
-            )
-        elif sampler == "chees_rate":
-            remedy = (
-                "Use sampler='chees', whose longer warm-up trajectories help "
-                "chains in different configurations of the network meet, or "
-                "increase n_warmup or n_samples."
-            )
-        elif np.any(
-            draws.trajectory_length >= 0.9 * max_leapfrog * draws.step_size / 2
-        ):
-            remedy = (
-                f"The adapted trajectory lengths reached their bound "
-                f"(max_leapfrog={max_leapfrog} steps at most): increase "
-                "max_leapfrog, or n_samples."
-            )
-        else:
-            remedy = (
-                "Increase n_warmup (the trajectory length and step size "
-                "adapt during warm-up) or n_samples."
-            )
-        if settings.anneal:
-            # Measured on friedman1: 2000 rows, seed 0 from 1.616 to 1.041;
-            # 3000 rows, seed 2 from 1.093 to 1.051 (user guide).
-            remedy += (
-                f" The warm-up annealed: twice as long "
-                f"(n_warmup={2 * settings.n_warmup}) it cools the chains twice "
-                "as slowly, and chains held in different configurations of "
-                "the network settle into the same ones more often."
-            )
-        elif large_data:
-            remedy += (
-                " On data this large, anneal_warmup=True lets the chains "
-                "settle into the same configurations of the network."
-            )
-        remedy += (
-            " A refit with warm_start=True and a larger n_samples continues "
-            "these chains, without another warm-up."
+        remedy = _convergence_remedy(
+            draws,
+            settings,
+            rhat,
+            large_data=large_data,
+            continuation=continuation,
         )
-        tempered = len(settings.inverse_temperatures) > 1
-        if not tempered and rhat > TEMPERING_SUGGESTED_RHAT:
-            remedy += (
-                " Chains that keep different configurations of the network "
-                "mix through replica exchange (n_temperatures=8, three to "
-                "eight times the time per draw; its chains are continued "
-                "until they agree, up to max_samples)."
-            )
         warnings.warn(
-            f"The {n_chains} chains disagree: largest split R-hat "
-            f"{rhat:.3f} > {CONVERGED_RHAT}, for {what} (smallest bulk ESS "
-            f"{ess:.0f}).{continuation} {remedy}",
+            f"The {n_chains} chains disagree: R-hat {rhat:.3f} > "
+            f"{CONVERGED_RHAT}, for {what}.{note} {remedy}",
             ConvergenceWarning,
         )
     n_divergent = int(np.sum(draws.n_divergent))
@@ -446,10 +463,7 @@ def continue_until_mixed(draws, posterior, seeds, settings, continuation, **samp
             break
         n_draws = min(n_drawn + continuation.step, continuation.max_draws)
         if not continuation.memory_check(n_draws):
-            note = (
-                f" {n_draws} draws per chain would not fit in memory, so the "
-                "chains were not continued further."
-            )
+            note = f" Continuing to {n_draws} draws per chain would not fit in memory."
             break
         if reporter is not None:
             reporter(
@@ -598,32 +612,21 @@ class HMCNetworkRegressor(
     hidden_layer_size : int, default=10
         Number of tanh hidden units.
     n_samples : int, default=1000
-        Draws kept per chain after warm-up (at least 4, for split R-hat).  The
-        weight-group precisions mix more slowly than the predictions (their
-        autocorrelation time is some 15 iterations on a few hundred points), so
-        a thousand draws per chain are needed for an R-hat they pass.  Chains
-        that have not converged by then may be continued (``max_samples``).
-    max_samples : int, "auto" or None, default="auto"
-        Most draws kept per chain when the chains are continued.  After
-        ``n_samples`` draws, chains whose largest split R-hat (``rhat_``) is
-        above 1.05 but at most 1.3 (1.4 on at most 500 rows, counting
-        ``sample_weight``, where draws are cheap) go on for ``n_samples``
-        more draws, and again until R-hat is at most 1.05 or they reach
-        ``max_samples`` draws, as scikit-learn's iterative estimators run
-        until their tolerance is met or ``max_iter``.  ``"auto"``: 4 times
-        ``n_samples`` (8 times on at most 500 rows); None: never continue
-        (every chain keeps ``n_samples`` draws).  The continued chains make
-        the draws a fit with a larger ``n_samples`` would have made, so the
-        result does not depend on ``n_jobs``.  With the default sampler,
-        the default fits measured whose R-hat after 1000 draws was at most
-        1.3 came under 1.05 within 4000 draws (friedman1 with 1000 and 2000
-        rows, 1.07-1.25 after 1000 draws), and on 200 rows all eleven seeds
-        tried of the two-output problem of the user guide, within 2000-7000
-        draws (with 1.3 and 4 times, five of them warned).  Chains further
-        apart (friedman1 with 5000 rows: 1.47-1.54, and 1.31 after 4000
-        draws at three times the time) stop, and the warning points to
-        replica exchange (``n_temperatures``).
-        ``n_draws_`` is the number of draws each chain kept.
+        Draws kept per chain after warm-up (at least 4, for split R-hat): the
+        draws a fit returns, unless ``max_samples`` continues chains that
+        disagree.  More draws make the predictive mean and spread and the
+        diagnostics (``rhat_``, ``ess_``) more precise, at a cost in time and
+        memory proportional to them; the weight-group precisions mix more
+        slowly than the predictions, and R-hat over them needs the most.
+    max_samples : int, "auto" or None, default=None
+        Most draws kept per chain when chains that disagree are continued.
+        None: every chain keeps exactly ``n_samples`` draws.  Otherwise chains
+        whose ``rhat_`` is above 1.05 but at most 1.3 (1.4 on at most 500 rows,
+        counting ``sample_weight``) go on by ``n_samples`` draws at a time
+        until it is at most 1.05 or they reach ``max_samples`` draws;
+        ``"auto"`` is 4 times ``n_samples`` (8 times on at most 500 rows).
+        Continued chains agree more often, at up to that many times the
+        sampling time; their draws are those of a fit with more ``n_samples``.
     n_warmup : int, default=500
         Warm-up iterations per chain, discarded.  The hyperparameters are held
         at their prior means for the first fifth of them, and the step size is
@@ -649,8 +652,8 @@ class HMCNetworkRegressor(
         steps on diabetes, 210-370 on friedman1 from 200 to 5000 rows) cost
         two to four times as much per draw, and with the redraws of hidden
         units they make the chains switch between configurations of the
-        network that ``"hmc"``'s 100 steps leave apart: default fits
-        converge (R-hat at most 1.05, within ``max_samples``) on friedman1
+        network that ``"hmc"``'s 100 steps leave apart: fits with
+        ``max_samples="auto"`` converge (R-hat at most 1.05) on friedman1
         with 200 to 1000 rows, on diabetes, on nine of ten seeds with
         2000 rows and on the eleven seeds tried of the two-output problem
         of the user guide,
@@ -1028,7 +1031,7 @@ class HMCNetworkRegressor(
         hidden_layer_size=10,
         *,
         n_samples=1000,
-        max_samples="auto",
+        max_samples=None,
         n_warmup=500,
         sampler="chees",
         n_leapfrog=100,
@@ -1187,7 +1190,8 @@ class HMCNetworkRegressor(
                 settings,
                 layout=layout,
                 large_data=large,
-                continuation=continued,
+                continuation=continuation,
+                note=continued,
                 feature_names=getattr(self, "feature_names_in_", None),
             )
             loo = _leave_one_out(draws, Ys, y, sample_weight, self._y_scaler, constant)
@@ -1335,6 +1339,11 @@ class HMCNetworkRegressor(
             )
         return temperature_ladder(self.n_temperatures, lowest)
 
+    def _validate_rows(self, X):
+        """``X`` validated against the fit, C-ordered: the network's matrix
+        products then round as they do on row-major data."""
+        return validate_data(self, X, reset=False, order="C")
+
     def _standardised_outputs(self, X):
         """Network outputs of every draw, (n_draws, n_rows, n_outputs), standardised."""
         Xs = self._x_scaler.transform(X)
@@ -1397,7 +1406,7 @@ class HMCNetworkRegressor(
             work.  Pass fewer rows at a time, or use :meth:`predict`.
         """
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False)
+        X = self._validate_rows(X)
         n_rows, n_draws = X.shape[0], len(self.parameter_draws_)
         self._check_draws_memory(n_rows, "predict_draws")
         draws = np.empty((n_draws, n_rows, self._layout.n_outputs))
@@ -1433,7 +1442,7 @@ class HMCNetworkRegressor(
         y_std : ndarray, same shape, only when ``return_std``
         """
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False)
+        X = self._validate_rows(X)
         noise_var = np.mean(1.0 / self.noise_precision_draws_, axis=0)
         constant = self._constant_outputs
         means, stds = [], []
@@ -1462,6 +1471,7 @@ class HMCNetworkRegressor(
         ----------
         X : array-like of shape (n_samples_X, n_features)
         n_samples : int, default=1
+            Draws per row, at least 1.
         random_state : int, RandomState instance or None, default=None
 
         Returns
@@ -1473,13 +1483,20 @@ class HMCNetworkRegressor(
 
         Raises
         ------
+        ValueError
+            When ``n_samples`` is not an integer of at least 1.
         MemoryError
             When the result (``n_samples * n_samples_X * n_outputs`` floats)
             would not fit in the memory this process may use; the network
             itself is evaluated in blocks of rows.
         """
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False)
+        validate_parameter_constraints(
+            {"n_samples": [Interval(Integral, 1, None, closed="left")]},
+            {"n_samples": n_samples},
+            caller_name=f"{type(self).__name__}.sample_y",
+        )
+        X = self._validate_rows(X)
         n_samples, n_rows = int(n_samples), X.shape[0]
         self._check_draws_memory(n_rows, "sample_y", n_draws=n_samples)
         rng = check_random_state(random_state)
@@ -1657,7 +1674,7 @@ class HMCNetworkRegressor(
     def _observation_groups(self, X, y, random_state, per_chain):
         """The ``observed_data``, ``log_likelihood`` and ``posterior_predictive``."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False)
+        X = self._validate_rows(X)
         y = np.asarray(y, dtype=float)
         outputs = self._draw_outputs(X)  # (n_draws, n_rows, n_outputs)
         noise_sd = self._y_scaler.inverse_scale(

@@ -8,7 +8,11 @@ from joblib import effective_n_jobs
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import (
+    Interval,
+    StrOptions,
+    validate_parameter_constraints,
+)
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import StandardizedRegressorMixin, atomic_fit
@@ -526,6 +530,7 @@ class EnsembleLearningRegressor(
         ----------
         X : array-like of shape (n_samples_X, n_features)
         n_samples : int, default=1
+            Draws per row, at least 1.
         random_state : int, RandomState instance or None, default=None
             None uses the estimator's ``random_state``.
 
@@ -533,8 +538,18 @@ class EnsembleLearningRegressor(
         -------
         y_samples : ndarray of shape (n_samples_X, n_samples) or
             (n_samples_X, n_outputs, n_samples)
+
+        Raises
+        ------
+        ValueError
+            When ``n_samples`` is not an integer of at least 1.
         """
         check_is_fitted(self)
+        validate_parameter_constraints(
+            {"n_samples": [Interval(Integral, 1, None, closed="left")]},
+            {"n_samples": n_samples},
+            caller_name=f"{type(self).__name__}.sample_y",
+        )
         X = validate_data(self, X, reset=False, dtype=np.float64)
         rng = check_random_state(
             self.random_state if random_state is None else random_state
