@@ -116,3 +116,65 @@ def test_ulimit_v_is_the_budget_and_numpy_agrees():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["refused", "ok", "True"]
+
+
+# Guards of the fits and draws that allocate arrays quadratic or bilinear in
+# the data's sizes: each refuses, before allocating, when the memory this
+# process may use holds less than one of its largest arrays, names the size,
+# and lets the work run when there is room for many.
+
+
+def _refused_then_run(monkeypatch, one_array_bytes, run):
+    monkeypatch.setattr(_memory, "available_memory_bytes", lambda: one_array_bytes)
+    with pytest.raises(MemoryError, match="needs about"):
+        run()
+    monkeypatch.setattr(
+        _memory, "available_memory_bytes", lambda: 200 * one_array_bytes
+    )
+    run()
+
+
+@pytest.mark.parametrize("n_samples, n_features", [(400, 60), (60, 400)])
+def test_perceptron_refuses_square_matrices_that_do_not_fit(
+    monkeypatch, n_samples, n_features
+):
+    import numpy as np
+
+    from sklearn_meanfield import TAPPerceptronClassifier
+
+    rng = np.random.RandomState(0)
+    X = rng.normal(size=(n_samples, n_features))
+    y = (X[:, 0] > 0).astype(int)
+    # Weight space (more samples than weights) or dual space: one square
+    # matrix of the smaller side, intercept included in the weights.
+    side = min(n_samples, n_features + 1)
+    model = TAPPerceptronClassifier(n_restarts=0)
+    _refused_then_run(monkeypatch, 8 * side**2, lambda: model.fit(X, y))
+
+
+def test_bethe_rbm_refuses_weights_that_do_not_fit(monkeypatch):
+    import numpy as np
+
+    from sklearn_meanfield import BetheRBM
+
+    X = (np.random.RandomState(0).uniform(size=(20, 30)) > 0.5).astype(float)
+    model = BetheRBM(n_components=50, n_iter=1, random_state=0)
+    _refused_then_run(monkeypatch, 8 * 50 * 30, lambda: model.fit(X))
+
+
+def test_ensemble_sample_y_refuses_draws_that_do_not_fit(monkeypatch):
+    import numpy as np
+
+    from sklearn_meanfield import EnsembleLearningRegressor
+
+    rng = np.random.RandomState(0)
+    X = rng.normal(size=(30, 2))
+    model = EnsembleLearningRegressor(
+        hidden_layer_size=3, n_restarts=1, max_iter=5, random_state=0
+    )
+    with pytest.warns(Warning):
+        model.fit(X, X[:, 0])
+    # One draw of the outputs at every row: 30 x 1000 floats.
+    _refused_then_run(
+        monkeypatch, 8 * 30 * 1000, lambda: model.sample_y(X, n_samples=1000)
+    )

@@ -22,6 +22,7 @@ from sklearn.utils.extmath import safe_sparse_dot
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._base import atomic_fit
+from .._memory import check_memory
 from .._progress import CallbackSupportMixin, fit_progress
 from ._exact import free_energy
 from ._learning import bethe_training_epoch, relaxed_training_epoch
@@ -54,6 +55,12 @@ def _cold(method, n_hidden, n_visible):
     if method == "relaxed":
         return cold_state(n_hidden, n_visible)
     return cold_messages(n_hidden, n_visible)
+
+
+# Float64 arrays of the weights' shape a fit holds at once: (factor graph,
+# relaxed).  Weights, gradient and two temporaries of the update; the factor
+# graph adds two messages per edge and their two updates.
+_EDGE_ARRAYS = (8, 4)
 
 
 def _fits(method, messages, n_hidden, n_visible):
@@ -607,10 +614,26 @@ class BetheRBM(
 
     def _initial_state(self, n_features, rng):
         """Float64 starting parameters, cold messages and chains at zero."""
+        self._check_memory(n_features)
         weights = rng.normal(0, 0.01, (self.n_components, n_features))
         params = (weights, np.zeros(n_features), np.zeros(self.n_components))
         messages = _cold(self.method, self.n_components, n_features)
         return params, messages, self._chains()
+
+    def _check_memory(self, n_features):
+        """Refuse a model whose weight-shaped arrays would not fit in memory:
+        the weights, their gradient and the update's temporaries, and for
+        message passing on the factor graph two messages per edge and their
+        updates (``_EDGE_ARRAYS``)."""
+        arrays = _EDGE_ARRAYS[self.method == "relaxed"]
+        check_memory(
+            8.0 * arrays * self.n_components * n_features,
+            f"BetheRBM(n_components={self.n_components}, method={self.method!r}) "
+            f"on {n_features} features",
+            "Use fewer hidden units"
+            + (", or method='relaxed'" if self.method != "relaxed" else "")
+            + ".",
+        )
 
     def _chains(self):
         """Persistent chains at zero, one per row of a batch."""

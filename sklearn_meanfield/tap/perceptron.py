@@ -3,6 +3,7 @@
 from numbers import Integral, Real
 
 import numpy as np
+from joblib import effective_n_jobs
 from scipy import sparse
 from scipy.linalg import LinAlgError
 from scipy.special import logsumexp
@@ -17,6 +18,7 @@ from sklearn.utils.validation import (
 
 from .._base import atomic_fit
 from .._gaussian import log_noisy_step
+from .._memory import check_memory
 from .._parallel import N_JOBS_CONSTRAINT, draw_seeds, run_parallel
 from .._progress import CallbackSupportMixin, fit_progress
 from ._binary_perceptron import FitOptions, fit_binary
@@ -37,6 +39,12 @@ from ._multiclass import (
 from ._weight_space import _row_norms_squared
 
 __all__ = ["TAPPerceptronClassifier"]
+
+# Square matrices a running binary problem holds at once: in the weight space
+# the precision, its Cholesky factor, L^-1 and the identity it is solved
+# from; in the dual space the kernel matrix and the posterior's factors.
+_WEIGHT_SPACE_WORK = 4
+_DUAL_SPACE_WORK = 5
 
 # Inputs whose largest magnitude lies within these bounds are used as they
 # are; outside, the fields are divided by a power of two (an exact change of
@@ -357,6 +365,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
             self.space_ = "weight" if n_samples > n_weights else "dual"
         else:
             self.space_ = self.space
+        self._check_memory(n_samples, n_weights, len(self.classes_))
         options = FitOptions(
             likelihood=make_likelihood("step", self.label_noise),
             variance=self.variance,
@@ -381,6 +390,30 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
             self._likelihood = options.likelihood
             self._store(X, y, problems, keep, error_weights, dtype, merged)
         return self
+
+    def _check_memory(self, n_samples, n_weights, n_classes):
+        """Refuse a fit whose square matrices would not fit in memory.
+
+        A problem solving in the weight space holds about
+        ``_WEIGHT_SPACE_WORK`` ``d x d`` matrices (``d = n_weights``) while
+        it runs and keeps one (its ``L^-1``) for prediction; in the dual
+        space ``_DUAL_SPACE_WORK`` ``n x n`` ones, and keeps one.
+        """
+        n_problems = 1 if n_classes == 2 else n_classes
+        concurrent = min(n_problems, max(1, effective_n_jobs(self.n_jobs)))
+        weight = self.space_ == "weight"
+        side = n_weights if weight else n_samples
+        work = _WEIGHT_SPACE_WORK if weight else _DUAL_SPACE_WORK
+        needed = 8.0 * side**2 * (work * concurrent + n_problems)
+        check_memory(
+            needed,
+            f"A TAPPerceptronClassifier fit in the {self.space_} space "
+            f"({side} x {side} matrices, {n_problems} problem(s), "
+            f"{concurrent} at once)",
+            "Reduce the number of features (a random projection or PCA)"
+            if weight
+            else "Use space='weight' or fewer samples",
+        )
 
     def _fit_problems(self, Phi, targets, site_weights, options, seeds, tasks):
         try:

@@ -554,7 +554,23 @@ class EnsembleLearningRegressor(
         rng = check_random_state(
             self.random_state if random_state is None else random_state
         )
-        f = sample_outputs(self._augment(X), self._theta, self._shape, rng, n_samples)
+        shape = self._shape
+        # The draws' weights, hidden activations and outputs (with the noise
+        # and the copy the transpose makes) at once.
+        peak = (
+            8
+            * n_samples
+            * (
+                2 * shape.n_weights
+                + X.shape[0] * (shape.n_hidden + 3 * shape.n_outputs)
+            )
+        )
+        check_memory(
+            peak,
+            f"sample_y of {n_samples} draws at {X.shape[0]} rows",
+            "Draw fewer samples, or pass fewer rows at a time.",
+        )
+        f = sample_outputs(self._augment(X), self._theta, shape, rng, n_samples)
         f = np.transpose(f, (1, 2, 0))  # (n_X, n_outputs, n_samples)
         noise = rng.standard_normal(f.shape) / np.sqrt(self._alpha_std)[:, None]
         draws = (f + noise) * self._y_scaler.scale[:, None] + self._y_scaler.mean[
