@@ -25,6 +25,11 @@ from sklearn_meanfield.tap._kernels import (
     with_length_scale,
 )
 
+IGNORE_BOUNDS = "ignore:The optimal value found:sklearn.exceptions.ConvergenceWarning"
+IGNORE_MAJORITY = (
+    "ignore:The fitted model predicts:sklearn.exceptions.ConvergenceWarning"
+)
+
 
 def _high_dimensional(n=300, d=100, informative=10):
     X, y = make_classification(
@@ -77,7 +82,7 @@ def test_default_kernel_starts_at_the_median_distance_and_ignores_the_scale():
 
 
 # A kernel of one's own keeps scikit-learn's bound warnings.
-@pytest.mark.filterwarnings("ignore:The optimal value found:sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.filterwarnings(IGNORE_BOUNDS)
 @pytest.mark.parametrize("kernel", [None, C(1.0) * RBF(1.0)])
 def test_a_search_blind_to_the_inputs_is_repeated_from_the_data_scale(kernel):
     # 100 standardised features: distances of about 14, so from length scale
@@ -130,8 +135,8 @@ def test_standardised_digits_are_classified_not_collapsed():
     assert model.score(X_test, y_test) > 0.98
 
 
-@pytest.mark.filterwarnings("ignore:The optimal value found:sklearn.exceptions.ConvergenceWarning")
-@pytest.mark.filterwarnings("ignore:The fitted model predicts:sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.filterwarnings(IGNORE_BOUNDS)
+@pytest.mark.filterwarnings(IGNORE_MAJORITY)
 @pytest.mark.parametrize("factor", [1e-300, 1e300])
 def test_inputs_beyond_a_kernels_reach_are_named(factor):
     # RBF's length scale within (1e-5, 1e5) cannot come near distances of
