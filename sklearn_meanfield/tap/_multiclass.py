@@ -390,8 +390,8 @@ def majority_error_rate(y, sample_weight=None):
     >>> from sklearn_meanfield.tap._multiclass import majority_error_rate
     >>> majority_error_rate([0, 0, 1, 2])
     0.5
-    >>> majority_error_rate([0, 0, 1, 2], sample_weight=[1, 1, 4, 0])
-    0.3333333333333333
+    >>> majority_error_rate([0, 0, 1, 2], sample_weight=[1, 1, 6, 0])
+    0.25
     """
     _, index = np.unique(np.asarray(y), return_inverse=True)
     totals = np.bincount(index, weights=sample_weight)
