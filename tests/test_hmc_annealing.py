@@ -202,6 +202,10 @@ def test_annealed_fit_does_not_depend_on_n_jobs():
     assert not np.array_equal(plain.fit(X, y).parameter_draws_, one.parameter_draws_)
 
 
+# Long chains; in the default suite,
+# test_chains_sample_the_posterior_itself_after_the_annealing checks that
+# every iteration after the annealing targets the posterior itself.
+@pytest.mark.slow
 def test_annealed_warm_up_leaves_the_small_network_posterior():
     # Annealed and plain warm-ups followed by long sampling give the same
     # posterior means of the log precisions and of the predictions, within

@@ -610,6 +610,9 @@ def _prior_importance_moments(X, Y, layout, prior, x_test, n_draws, seed):
     return moments, 1.0 / np.sum(w**2)
 
 
+# Long chains; the hierarchical-prior and unit-redraw tests check the same
+# transitions against exact references in the default suite.
+@pytest.mark.slow
 def test_chains_sample_the_posterior_found_by_importance_sampling():
     # The whole iteration (Gibbs steps of the precisions, both rescaling
     # moves, the redraws of hidden units, the HMC trajectory) against an

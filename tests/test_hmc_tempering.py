@@ -168,6 +168,9 @@ def test_replica_exchange_crosses_between_symmetric_modes():
     assert np.all((draws.exchange_rate > 0.05) & (draws.exchange_rate < 0.95))
 
 
+# Long chains; the exchange and the tempered posterior are checked exactly
+# and on symmetric modes in the default suite.
+@pytest.mark.slow
 def test_replica_exchange_samples_the_small_network_posterior():
     # The replicas at temperature 1 follow the same posterior as plain
     # chains: means of the log precisions and of the predictions agree within
