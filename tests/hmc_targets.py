@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from sklearn_meanfield.hmc import regressor as hmc_regressor
+
 # The fitted attributes of HMCNetworkRegressor that two fits making the same
 # draws share bit for bit (continued chains against one run).
 FITTED = (
@@ -69,3 +71,20 @@ def small_network_posterior(n_samples, seed=0):
         NetworkLayout(2, 3, 1),
         HyperPrior(),
     )
+
+
+def script_rhat(monkeypatch, rhat_after):
+    """Make every monitored R-hat ``rhat_after(draws per chain)``.
+
+    The R-hat of a short chain is a chaotic function of its draws, which
+    change with the last bit of any BLAS or libm kernel; tests of what a fit
+    does with its R-hat (continue the chains, warn, suggest a remedy) script
+    it instead.  The effective sample sizes stay computed from the draws.
+    """
+    computed = hmc_regressor.rhat_and_bulk_ess
+
+    def scripted(monitored):
+        rhat, ess = computed(monitored)
+        return np.full_like(rhat, rhat_after(monitored.shape[1])), ess
+
+    monkeypatch.setattr(hmc_regressor, "rhat_and_bulk_ess", scripted)

@@ -9,13 +9,13 @@ import pytest
 from hmc_targets import (
     assert_moments_within_monte_carlo_error,
     gaussian_target,
+    script_rhat,
     small_network_posterior,
 )
 from joblib import parallel_config
 from scipy import integrate, optimize, stats
 
 from sklearn_meanfield import HMCNetworkRegressor
-from sklearn_meanfield.hmc import regressor as hmc_regressor
 from sklearn_meanfield.hmc._chains import ChainRandom, ChainSettings, run_chains
 from sklearn_meanfield.hmc._sampler import (
     SplitTarget,
@@ -475,13 +475,7 @@ def test_convergence_warning_names_one_remedy_from_the_settings(
     # An R-hat the continuation rule would act on (1.2): the sampler and the
     # bound of its trajectories come first.  Scripted, so that the chosen
     # remedy does not hang on the rounding of a four-draw chain.
-    computed = hmc_regressor.rhat_and_bulk_ess
-
-    def scripted(monitored):
-        rhat, ess = computed(monitored)
-        return np.full_like(rhat, 1.2), ess
-
-    monkeypatch.setattr(hmc_regressor, "rhat_and_bulk_ess", scripted)
+    script_rhat(monkeypatch, lambda n_draws: 1.2)
     rng = np.random.RandomState(5)
     X = rng.uniform(-2, 2, size=(30, 1))
     y = np.tanh(X[:, 0]) + 0.1 * rng.normal(size=30)

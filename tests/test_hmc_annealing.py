@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hmc_targets import small_network_posterior
+from hmc_targets import script_rhat, small_network_posterior
 
 import sklearn_meanfield.hmc._chains as chains_module
 from sklearn_meanfield import HMCNetworkRegressor
@@ -283,14 +283,8 @@ def test_convergence_warning_suggests_annealing_on_large_data(
     monkeypatch.setattr(regressor_module, "ANNEAL_AUTO_ROWS", 40)
     # Chains held further apart than any continuation takes on (scripted:
     # the remedy must not hang on the rounding of an eight-draw chain).
-    computed = regressor_module.rhat_and_bulk_ess
     far = regressor_module.SMALL_DATA_CONTINUE_MAX_RHAT + 0.1
-
-    def scripted(monitored):
-        rhat, ess = computed(monitored)
-        return np.full_like(rhat, far), ess
-
-    monkeypatch.setattr(regressor_module, "rhat_and_bulk_ess", scripted)
+    script_rhat(monkeypatch, lambda n_draws: far)
     X, y = _tiny_fit_data()
     model = HMCNetworkRegressor(anneal_warmup=anneal, random_state=0, **_TINY)
     with pytest.warns(Warning) as caught:

@@ -23,6 +23,7 @@ import warnings
 import numpy as np
 import pytest
 from hmc_targets import FITTED as FITTED_ATTRIBUTES
+from hmc_targets import script_rhat as _script_rhat
 from sklearn.exceptions import ConvergenceWarning
 
 from sklearn_meanfield import HMCNetworkRegressor, _memory
@@ -98,16 +99,7 @@ def script_rhat(monkeypatch):
     convergence check read by ``rhat_after(n_draws)`` for every monitored
     quantity; the effective sample sizes stay computed from the draws.
     """
-    computed = hmc_regressor.rhat_and_bulk_ess
-
-    def install(rhat_after):
-        def scripted(draws):
-            rhat, ess = computed(draws)
-            return np.full_like(rhat, rhat_after(draws.shape[1])), ess
-
-        monkeypatch.setattr(hmc_regressor, "rhat_and_bulk_ess", scripted)
-
-    return install
+    return lambda rhat_after: _script_rhat(monkeypatch, rhat_after)
 
 
 def _path(*values):

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from callback_helpers import TickDeadline
+from hmc_targets import script_rhat
 from joblib import parallel_config
 from sklearn.exceptions import ConvergenceWarning
 
@@ -305,22 +306,10 @@ def test_sample_y_refuses_a_number_of_draws_that_is_no_positive_integer(
     assert fitted_1d.sample_y(X, n_samples=np.int64(2)).shape == (3, 2)
 
 
-def _script_rhat(monkeypatch, rhat_after):
-    """Make every monitored R-hat ``rhat_after(n_draws per chain)``; the
-    effective sample sizes stay computed from the draws."""
-    computed = regressor.rhat_and_bulk_ess
-
-    def scripted(monitored):
-        rhat, ess = computed(monitored)
-        return np.full_like(rhat, rhat_after(monitored.shape[1])), ess
-
-    monkeypatch.setattr(regressor, "rhat_and_bulk_ess", scripted)
-
-
 def test_default_keeps_n_samples_draws_and_names_max_samples(monkeypatch):
     # Chains the continuation rule would take on (R-hat 1.2): by default
     # every chain keeps n_samples draws, and the warning names max_samples.
-    _script_rhat(monkeypatch, lambda n_draws: 1.2)
+    script_rhat(monkeypatch, lambda n_draws: 1.2)
     X, y = one_dimensional(30, seed=6)
     model = HMCNetworkRegressor(
         hidden_layer_size=2, n_samples=8, n_warmup=8, n_leapfrog=3, n_chains=2
@@ -342,7 +331,7 @@ def test_verbose_acceptance_is_the_mean_over_each_block(monkeypatch, capsys):
     # that of the iterations the line covers, which the per-draw statistics
     # give independently.
     n_warmup = n_samples = 20
-    _script_rhat(monkeypatch, lambda n_draws: 1.2 if n_draws < 60 else 1.0)
+    script_rhat(monkeypatch, lambda n_draws: 1.2 if n_draws < 60 else 1.0)
     X, y = one_dimensional(30, seed=6)
     model = HMCNetworkRegressor(
         hidden_layer_size=3,

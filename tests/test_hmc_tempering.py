@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hmc_targets import small_network_posterior
+from hmc_targets import script_rhat, small_network_posterior
 from scipy import stats
 
 from sklearn_meanfield import HMCNetworkRegressor
@@ -290,14 +290,8 @@ def test_convergence_warning_suggests_tempering_for_chains_held_apart(
     import sklearn_meanfield.hmc.regressor as regressor_module
 
     monkeypatch.setattr(regressor_module, "TEMPERING_SUGGESTED_RHAT", threshold)
-    computed = regressor_module.rhat_and_bulk_ess
     far = regressor_module.SMALL_DATA_CONTINUE_MAX_RHAT + 0.1
-
-    def scripted(monitored):
-        rhat, ess = computed(monitored)
-        return np.full_like(rhat, far), ess
-
-    monkeypatch.setattr(regressor_module, "rhat_and_bulk_ess", scripted)
+    script_rhat(monkeypatch, lambda n_draws: far)
     rng = np.random.RandomState(0)
     X = rng.uniform(-2, 2, size=(40, 2))
     y = np.tanh(X[:, 0]) + 0.1 * rng.normal(size=40)

@@ -10,13 +10,12 @@ import warnings
 
 import numpy as np
 import pytest
-from hmc_targets import FITTED, small_network_posterior
+from hmc_targets import FITTED, script_rhat, small_network_posterior
 from sklearn.datasets import make_friedman1
 from sklearn.exceptions import ConvergenceWarning
 
 from sklearn_meanfield import HMCNetworkRegressor
 from sklearn_meanfield.hmc import _chains
-from sklearn_meanfield.hmc import regressor as hmc_regressor
 from sklearn_meanfield.hmc._chains import ChainCheckpoint, ChainSettings, sample_chains
 
 # Short fits, far from converged: their warnings are expected.
@@ -251,13 +250,7 @@ def test_the_convergence_warning_suggests_continuing_the_chains(monkeypatch):
     # Chains a little apart (scripted R-hat, so that the remedy does not hang
     # on rounding), continued as far as max_samples allows: more draws of
     # the same chains is the remedy, after how far they went.
-    computed = hmc_regressor.rhat_and_bulk_ess
-
-    def scripted(monitored):
-        rhat, ess = computed(monitored)
-        return np.full_like(rhat, 1.08), ess
-
-    monkeypatch.setattr(hmc_regressor, "rhat_and_bulk_ess", scripted)
+    script_rhat(monkeypatch, lambda n_draws: 1.08)
     X, y = _data()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
