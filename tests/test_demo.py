@@ -42,7 +42,7 @@ def test_demo_summarises_convergence_warnings_instead_of_printing_each():
     text = out.getvalue()
     found = re.search(r"HMCNetworkRegressor: (\d+) ConvergenceWarnings, e\.g\. ", text)
     assert found and int(found.group(1)) >= 4  # the fit and the 3 folds
-    assert "the defaults reach split R-hat" in text
+    assert "the defaults with max_samples='auto' reach split R-hat" in text
 
 
 def test_quick_table_names_the_shortened_settings_and_full_table_does_not():
