@@ -10,6 +10,9 @@ import re
 import shutil
 from pathlib import Path
 
+from docutils import nodes
+from docutils.parsers.rst import Directive, directives
+
 import sklearn_meanfield
 
 HERE = Path(__file__).resolve().parent
@@ -126,9 +129,93 @@ def _literal_attribute_names(app, what, name, obj, options, lines):
         lines[i] = head + _TRAILING_UNDERSCORE.sub(r"``\1``", body)
 
 
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+
+
+def _results_output(script):
+    """The verbatim output of ``script`` in ``benchmarks/RESULTS.md``.
+
+    The report has one section per script, headed ``## Estimator (script)``,
+    whose first ``text`` code fence holds the script's output.
+    """
+    text = RESULTS.read_text(encoding="utf-8")
+    heading = re.search(
+        rf"^## .*\({re.escape(script)}\)\s*$", text, flags=re.MULTILINE
+    )
+    if heading is None:
+        raise ValueError(f"no section for {script!r} in {RESULTS.name}")
+    fence = re.search(r"^```text\n(.*?)^```", text[heading.end() :], re.M | re.S)
+    if fence is None:
+        raise ValueError(f"no output block under the {script!r} section")
+    return fence.group(1).splitlines()
+
+
+def _first(lines, marker, start, option):
+    for i in range(start, len(lines)):
+        if marker in lines[i]:
+            return i
+    raise ValueError(f"{option} {marker!r} not found")
+
+
+class BenchmarkTable(Directive):
+    """Part of a benchmark script's output, quoted from ``RESULTS.md``.
+
+    ::
+
+        .. benchmark-table:: bench_tap_gpc
+           :start-at: TAP with likelihood='logistic'
+           :end-before: Fitted kernels
+
+    The quoted lines run from the first line containing ``start-at`` (or
+    after the first containing ``start-after``) to the line before the next
+    containing ``end-before`` (or through ``end-at``), within the script's
+    own section, so that the documentation shows the numbers of the last
+    ``python -m benchmarks`` and never a copy of them.  A marker that is
+    not found is an error, which fails the strict (``-W``) build.
+    """
+
+    required_arguments = 1
+    option_spec = {
+        "start-at": directives.unchanged_required,
+        "start-after": directives.unchanged_required,
+        "end-before": directives.unchanged_required,
+        "end-at": directives.unchanged_required,
+    }
+
+    def run(self):
+        env = self.state.document.settings.env
+        env.note_dependency(str(RESULTS))
+        script = self.arguments[0]
+        try:
+            lines = _results_output(script)
+            start = 0
+            if "start-at" in self.options:
+                start = _first(lines, self.options["start-at"], 0, "start-at")
+            elif "start-after" in self.options:
+                marker = self.options["start-after"]
+                start = _first(lines, marker, 0, "start-after") + 1
+            stop = len(lines)
+            if "end-before" in self.options:
+                stop = _first(lines, self.options["end-before"], start + 1, "end-before")
+            elif "end-at" in self.options:
+                stop = _first(lines, self.options["end-at"], start, "end-at") + 1
+        except (OSError, ValueError) as error:
+            raise self.error(f"benchmark-table {script}: {error}") from None
+        quoted = [line.rstrip() for line in lines[start:stop]]
+        while quoted and not quoted[-1]:
+            quoted.pop()
+        if not quoted:
+            raise self.error(f"benchmark-table {script}: the selection is empty")
+        text = "\n".join(quoted)
+        block = nodes.literal_block(text, text, classes=["benchmark-table"])
+        block["language"] = "text"
+        return [block]
+
+
 def setup(app):
     app.connect("autodoc-skip-member", _skip_member)
     app.connect("autodoc-process-docstring", _literal_attribute_names)
+    app.add_directive("benchmark-table", BenchmarkTable)
 
 
 sphinx_gallery_conf = {
