@@ -52,6 +52,10 @@ html_theme = "pydata_sphinx_theme"
 html_title = f"sklearn-meanfield {release}"
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
+# The API pages have no section navigation on the left: the class names it
+# lists are longer than any sidebar that leaves the text column readable, and
+# the breadcrumbs and the API reference page lead between them.
+html_sidebars = {"generated/*": []}
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
@@ -172,6 +176,12 @@ class BenchmarkTable(Directive):
     own section, so that the documentation shows the numbers of the last
     ``python -m benchmarks`` and never a copy of them.  A marker that is
     not found is an error, which fails the strict (``-W``) build.
+
+    ``:format: table`` renders a whitespace-aligned table (columns separated
+    by two or more spaces, the first line the header, rules of dashes
+    skipped) as an HTML table, which wraps in a narrow column where a wide
+    literal block would scroll; a row with another number of columns is an
+    error.
     """
 
     required_arguments = 1
@@ -180,6 +190,7 @@ class BenchmarkTable(Directive):
         "start-after": directives.unchanged_required,
         "end-before": directives.unchanged_required,
         "end-at": directives.unchanged_required,
+        "format": lambda value: directives.choice(value, ("text", "table")),
     }
 
     def run(self):
@@ -206,10 +217,38 @@ class BenchmarkTable(Directive):
             quoted.pop()
         if not quoted:
             raise self.error(f"benchmark-table {script}: the selection is empty")
+        if self.options.get("format") == "table":
+            return [self._table(script, quoted)]
         text = "\n".join(quoted)
         block = nodes.literal_block(text, text, classes=["benchmark-table"])
         block["language"] = "text"
         return [block]
+
+    def _table(self, script, lines):
+        rows = [
+            re.split(r"\s{2,}", line.strip())
+            for line in lines
+            if line.strip() and set(line.strip()) != {"-"}
+        ]
+        n_cols = len(rows[0])
+        for row in rows:
+            if len(row) != n_cols:
+                raise self.error(
+                    f"benchmark-table {script}: {len(row)} columns in {row}, "
+                    f"{n_cols} in the header"
+                )
+
+        def row_node(cells):
+            row = nodes.row()
+            for cell in cells:
+                row += nodes.entry("", nodes.paragraph(text=cell))
+            return row
+
+        group = nodes.tgroup(cols=n_cols)
+        group += [nodes.colspec(colwidth=1) for _ in range(n_cols)]
+        group += nodes.thead("", row_node(rows[0]))
+        group += nodes.tbody("", *(row_node(cells) for cells in rows[1:]))
+        return nodes.table("", group, classes=["benchmark-table"])
 
 
 def setup(app):

@@ -86,8 +86,8 @@ def make_model(method, kernel):
 # points only (same subset for every row, ``optimizer=None`` at the kernel
 # above) and compare with the built-in estimate on the same 60 points.  The
 # built-in estimate over all training points is shown as well.  Even so this
-# is 480 refits on ~400 points, the slow part of the example: about 40 s of
-# CPU time.  At the optimised kernel, whose amplitude is large, the naive
+# is 480 refits on ~400 points, the slow part of the example.  At the
+# optimised kernel, whose amplitude is large, the naive
 # mean-field equations hit ``max_iter`` without converging (the warning is
 # silenced below; the best iterate is kept).
 rng = np.random.default_rng(0)
@@ -125,12 +125,12 @@ with warnings.catch_warnings():
 # The table
 # ---------
 # Errors in percent.  "built-in LOO (all)" is ``loo_error_`` over all training
-# points; the last two columns are on the 60-point subset.  In our run TAP's
-# built-in estimate equalled the brute-force one on the subset for both
-# kernels and both likelihoods, while the naive estimate was far off at the
-# optimised kernel, as in the paper's Table 1.  With the logistic
-# likelihood, TAP and Laplace approximate the same model: their brute-force
-# leave-one-out errors agree at the fixed kernel (3.3%), and TAP's comes
+# points; the last two columns are on the 60-point subset.  Compare the last
+# two columns row by row: TAP's built-in estimate should match the
+# brute-force one for both kernels and both likelihoods, while the naive
+# estimate is far off at the optimised kernel, as in the paper's Table 1.
+# With the logistic likelihood, TAP and Laplace approximate the same model:
+# their brute-force leave-one-out errors are close, and TAP's estimate comes
 # with the fit.
 
 

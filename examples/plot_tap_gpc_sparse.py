@@ -4,14 +4,16 @@ Large-n Gaussian-process classification with inducing points
 =============================================================
 
 Exact TAP Gaussian-process classification costs ``O(n^3)`` time and
-``O(n^2)`` memory, so beyond a few thousand rows one subsamples.  The sparse
-mode of :class:`~sklearn_meanfield.TAPGaussianProcessClassifier` runs the
-same TAP / EP equations on the FITC prior of ``m`` inducing inputs
+``O(n^2)`` memory, which beyond a few thousand rows leaves a subsample as the
+only exact option.  The sparse mode of
+:class:`~sklearn_meanfield.TAPGaussianProcessClassifier`, which the default
+``n_inducing="auto"`` switches on above 4000 rows, runs the same TAP / EP
+equations on the FITC prior of ``m`` inducing inputs
 (Csato and Opper's sparse on-line GPs in batch form, Naish-Guzman and
 Holden's FITC-EP): ``O(n m^2)`` time and ``O(n m)`` memory, so it uses all
 the data.  This example draws the learning curve a user faces: held-out
 log-loss against the number of training rows for exact TAP on subsamples
-(up to 4000 rows, where exact fits take seconds) and sparse TAP with
+(up to 4000 rows) and sparse TAP with
 ``m = 256`` on up to 50,000 rows, with
 :class:`~sklearn.linear_model.LogisticRegression` as the floor a linear model
 reaches, and the fit times.
@@ -127,8 +129,9 @@ plt.show()
 # %%
 # Choosing ``m`` and scaling out
 # ------------------------------
-# Accuracy grows with ``m`` and the cost as ``n m^2``: on these data at
-# n = 2000 the log-loss is within 0.03, 0.012 and 0.004 of exact TAP with
-# m = 64, 128 and 256 (``benchmarks/bench_tap_gpc_sparse.py``).  Under
+# Accuracy grows with ``m`` and the cost as ``n m^2``:
+# ``benchmarks/bench_tap_gpc_sparse.py`` compares m = 64, 128 and 256 with
+# exact TAP at n = 2000 (its table is in ``benchmarks/RESULTS.md`` and in the
+# user guide).  Under
 # ``joblib.parallel_config(backend="dask")`` the sparse fit keeps its row
 # blocks on the Dask workers and gives the same model.
