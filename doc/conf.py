@@ -181,7 +181,11 @@ class BenchmarkTable(Directive):
     by two or more spaces, the first line the header, rules of dashes
     skipped) as an HTML table, which wraps in a narrow column where a wide
     literal block would scroll; a row with another number of columns is an
-    error.
+    error.  ``:columns: a, b, ...`` names the columns instead, for tables
+    whose header does not line up with the cells: the quoted header line is
+    dropped and every other line is split at whitespace and ``|``.
+    ``:drop-columns:`` lists the positions (from 1, as split) of columns to
+    leave out, so that a wide table fits the text column.
     """
 
     required_arguments = 1
@@ -191,6 +195,8 @@ class BenchmarkTable(Directive):
         "end-before": directives.unchanged_required,
         "end-at": directives.unchanged_required,
         "format": lambda value: directives.choice(value, ("text", "table")),
+        "columns": directives.unchanged_required,
+        "drop-columns": directives.positive_int_list,
     }
 
     def run(self):
@@ -217,7 +223,7 @@ class BenchmarkTable(Directive):
             quoted.pop()
         if not quoted:
             raise self.error(f"benchmark-table {script}: the selection is empty")
-        if self.options.get("format") == "table":
+        if self.options.get("format") == "table" or "columns" in self.options:
             return [self._table(script, quoted)]
         text = "\n".join(quoted)
         block = nodes.literal_block(text, text, classes=["benchmark-table"])
@@ -225,11 +231,15 @@ class BenchmarkTable(Directive):
         return [block]
 
     def _table(self, script, lines):
-        rows = [
-            re.split(r"\s{2,}", line.strip())
-            for line in lines
-            if line.strip() and set(line.strip()) != {"-"}
-        ]
+        lines = [line for line in lines if line.strip() and set(line.strip()) != {"-"}]
+        if "columns" in self.options:
+            header = [label.strip() for label in self.options["columns"].split(",")]
+            rows = [header] + [re.split(r"[\s|]+", line.strip(" |")) for line in lines[1:]]
+        else:
+            rows = [re.split(r"\s{2,}", line.strip()) for line in lines]
+        drop = {i - 1 for i in self.options.get("drop-columns", ())}
+        if drop:
+            rows = [[cell for i, cell in enumerate(row) if i not in drop] for row in rows]
         n_cols = len(rows[0])
         for row in rows:
             if len(row) != n_cols:
