@@ -54,8 +54,20 @@ html_static_path = ["_static"]
 html_css_files = ["custom.css"]
 # The API pages have no section navigation on the left: the class names it
 # lists are longer than any sidebar that leaves the text column readable, and
-# the breadcrumbs and the API reference page lead between them.
-html_sidebars = {"generated/*": []}
+# the breadcrumbs and the API reference page lead between them.  Pages
+# without sub-pages have nothing to list there either.
+html_sidebars = {
+    page: []
+    for page in (
+        "generated/*",
+        "choosing",
+        "install",
+        "parallel",
+        "progress",
+        "glossary",
+        "developers",
+    )
+}
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
