@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from rbm_inputs import digits_epoch_inputs
+from references import relaxed_sweep
 from sklearn.utils import gen_even_slices
 
 from sklearn_meanfield import BetheRBM
@@ -24,7 +25,6 @@ from sklearn_meanfield.bethe._learning import relaxed_training_epoch
 from sklearn_meanfield.bethe._relaxed import (
     augmented_sweeps,
     cold_state,
-    relaxed_sweep,
     sweep_workspace,
 )
 

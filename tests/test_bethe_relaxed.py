@@ -9,6 +9,7 @@ the training step.
 import numpy as np
 import pytest
 from rbm_inputs import digits_epoch_inputs
+from references import relaxed_sweep
 from scipy.special import expit
 from sklearn.datasets import load_digits
 
@@ -24,7 +25,6 @@ from sklearn_meanfield.bethe._relaxed import (
     relaxed_moments,
     relaxed_solve,
     relaxed_stability,
-    relaxed_sweep,
 )
 from sklearn_meanfield.bethe._sampling import gibbs_hidden_step, uniform_rows
 

@@ -7,6 +7,7 @@ penalised squared error.
 
 import numpy as np
 import pytest
+from references import reestimate
 from scipy.optimize import minimize
 from scipy.special import erf
 from scipy.stats import multivariate_normal
@@ -21,7 +22,6 @@ from sklearn_meanfield.variational._erf_network import (
     natural_gradient_terms,
     negative_bound,
     output_moments,
-    reestimate,
     unpack,
     weight_groups,
 )

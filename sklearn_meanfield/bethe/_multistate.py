@@ -317,7 +317,7 @@ def relaxed_solve_batch(
     tol=1e-7,
     max_sweeps=300,
 ):
-    """The TAP iteration of :func:`~._relaxed.relaxed_sweep` from many starts.
+    """The TAP iteration of :func:`~._relaxed.relaxed_iterate` from many starts.
 
     Each row is one start; the rows advance together (matrix products instead
     of matrix-vector ones), and a row stops as soon as none of its means moves

@@ -63,7 +63,6 @@ __all__ = [
     "relaxed_moments",
     "relaxed_solve",
     "relaxed_stability",
-    "relaxed_sweep",
     "sweep_workspace",
 ]
 
@@ -79,41 +78,6 @@ def cold_state(n_hidden, n_visible):
     return np.full(n_visible, 0.5), np.full(n_hidden, 0.5)
 
 
-def relaxed_sweep(weights, weights_sq, visible_bias, hidden_bias, state, damping):
-    """One sweep of the TAP iteration: hidden means, then visible means.
-
-    Parameters
-    ----------
-    weights : ndarray of shape (n_hidden, n_visible)
-    weights_sq : ndarray of shape (n_hidden, n_visible)
-        ``weights ** 2``.
-    visible_bias : ndarray of shape (n_visible,)
-    hidden_bias : ndarray of shape (n_hidden,)
-    state : tuple of two ndarrays
-        ``(mean_visible, mean_hidden)``, not modified.
-    damping : float in [0, 1)
-        Fraction of the previous means kept.
-
-    Returns
-    -------
-    state : tuple of two ndarrays
-        The new ``(mean_visible, mean_hidden)``.
-    delta : float
-        Largest change of a mean.
-    """
-    m_v, m_h = state
-    var_v = m_v * (1.0 - m_v)
-    new_h = expit(hidden_bias + weights @ m_v - (m_h - 0.5) * (weights_sq @ var_v))
-    if damping:
-        new_h = (1.0 - damping) * new_h + damping * m_h
-    var_h = new_h * (1.0 - new_h)
-    new_v = expit(visible_bias + new_h @ weights - (m_v - 0.5) * (var_h @ weights_sq))
-    if damping:
-        new_v = (1.0 - damping) * new_v + damping * m_v
-    delta = max(np.max(np.abs(new_h - m_h)), np.max(np.abs(new_v - m_v)))
-    return (new_v, new_h), float(delta)
-
-
 def relaxed_iterate(
     weights,
     weights_sq,
@@ -126,16 +90,25 @@ def relaxed_iterate(
     max_sweeps,
     check_last_only=False,
 ):
-    """Sweeps of :func:`relaxed_sweep` until no mean moves by ``tol``.
+    """Sweeps of the TAP iteration until no mean moves by ``tol``.
 
-    The same arithmetic as :func:`relaxed_sweep`, written with in-place
-    operations: on small models a sweep costs mostly numpy calls, so this
-    loop makes as few as it can.
+    A sweep updates the hidden means from the visible ones, then the visible
+    means from the new hidden ones (the fixed-point equations of the module
+    docstring), each mixed with ``damping`` times its previous value.  It is
+    written with in-place operations: on small models a sweep costs mostly
+    numpy calls, so this loop makes as few as it can.
 
     Parameters
     ----------
-    weights, weights_sq, visible_bias, hidden_bias, state, damping
-        As in :func:`relaxed_sweep` (``state`` is not modified).
+    weights : ndarray of shape (n_hidden, n_visible)
+    weights_sq : ndarray of shape (n_hidden, n_visible)
+        ``weights ** 2``.
+    visible_bias : ndarray of shape (n_visible,)
+    hidden_bias : ndarray of shape (n_hidden,)
+    state : tuple of two ndarrays
+        ``(mean_visible, mean_hidden)`` to start from, not modified.
+    damping : float in [0, 1)
+        Fraction of the previous means kept.
     tol : float
         Stop after the first sweep in which no mean changes by more than
         ``tol``.
@@ -221,7 +194,7 @@ def augmented_sweeps(
     workspace=None,
     track_change=True,
 ):
-    """:func:`relaxed_sweep` ``n_sweeps`` times on bias-augmented arrays, in place.
+    """The sweeps of :func:`relaxed_iterate` on bias-augmented arrays, in place.
 
     The training loop's kernel.  ``augmented`` is
     ``[[W, c], [b^T, 0]]`` of shape ``(n_hidden + 1, n_visible + 1)`` and the
@@ -336,7 +309,7 @@ def augmented_sweeps(
 def relaxed_log_z(weights, visible_bias, hidden_bias, state):
     """TAP (second-order Plefka) ``log Z`` at the means ``state``.
 
-    At a fixed point of :func:`relaxed_sweep` this is the relaxed-BP (large-N)
+    At a fixed point of :func:`relaxed_iterate` this is the relaxed-BP (large-N)
     form of the Bethe ``log Z``; away from one it is the TAP functional, whose
     stationary points are the fixed points.
 

@@ -46,7 +46,6 @@ __all__ = [
     "negative_bound",
     "natural_gradient_terms",
     "joint_negative_bound",
-    "reestimate",
     "reestimate_from_stats",
     "BoundStats",
     "bound_at_hyperparameters",
@@ -1091,13 +1090,14 @@ def _lowrank_logdet(diag, F):
     return logdet, (CinvF, cinv_diag)
 
 
-def reestimate(theta, X1, T, shape, groups, max_precision=1e8, sample_weight=None):
+def reestimate_from_stats(stats, n_samples, groups, max_precision=1e8):
     """Hyperparameters that maximise the bound at fixed ``Q``.
 
     ``alpha_m = N / sum_n l_nm`` (with sample weights ``s_n``:
     ``sum_n s_n / sum_n s_n l_nm``) and, for each weight group ``g`` of ``W_g``
     weights, ``lambda_g = W_g / sum_{j in g} (wbar_j^2 + C_jj)`` (NOTES.md 3;
-    Barber & Bishop 1998, section 2.1).  Each is the exact maximiser of a
+    Barber & Bishop 1998, section 2.1), from the :class:`BoundStats` that
+    :func:`negative_bound` returns at ``Q``.  Each is the exact maximiser of a
     concave function of one hyperparameter, so the bound cannot decrease;
     clipping to ``[1 / max_precision, max_precision]`` keeps that property.
 
@@ -1105,36 +1105,6 @@ def reestimate(theta, X1, T, shape, groups, max_precision=1e8, sample_weight=Non
     -------
     alpha : ndarray of shape (n_outputs,)
     lambda_groups : ndarray of shape (n_groups,)
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_meanfield.variational._erf_network import (
-    ...     NetworkShape, init_params, reestimate, weight_groups)
-    >>> rng = np.random.RandomState(0)
-    >>> X1 = np.column_stack([rng.normal(size=(8, 2)), np.ones(8)])
-    >>> shape = NetworkShape(2, 3, 1, "diag")
-    >>> alpha, lam = reestimate(init_params(shape, rng), X1,
-    ...     rng.normal(size=(8, 1)), shape, weight_groups(shape))
-    >>> alpha.shape, lam.shape
-    ((1,), (4,))
-    """
-    _, stats = negative_bound(
-        theta,
-        X1,
-        T,
-        np.ones(shape.n_outputs),
-        np.ones(shape.n_weights),
-        shape,
-        return_grad=False,
-        return_stats=True,
-        sample_weight=sample_weight,
-    )
-    return reestimate_from_stats(stats, stats.n_samples, groups, max_precision)
-
-
-def reestimate_from_stats(stats, n_samples, groups, max_precision=1e8):
-    """:func:`reestimate` from the :class:`BoundStats` of :func:`negative_bound`.
 
     Examples
     --------
@@ -1193,7 +1163,7 @@ def joint_negative_bound(params, X1, T, shape, groups, sample_weight=None):
     in :func:`negative_bound`.  Used inside each
     optimisation phase so that ``Q`` and the hyperparameters move together
     (plain alternation converges slowly when they are coupled); the exact
-    re-estimation of :func:`reestimate` still closes every phase.
+    re-estimation of :func:`reestimate_from_stats` still closes every phase.
 
     Returns
     -------
