@@ -148,7 +148,7 @@ def relaxed_training_epoch(
     """:func:`bethe_training_epoch` with the relaxed (TAP) negative phase.
 
     Per batch: at most ``sweeps_per_update`` sweeps of the TAP iteration from
-    the persistent means ``state`` (:func:`~._relaxed.relaxed_sweep`), then
+    the persistent means ``state`` (:func:`~._relaxed.augmented_sweeps`), then
     ``W += learning_rate * (<h v^T>_data - m_h m_v^T - W * var_h var_v^T)``
     and the bias steps.  The update is arranged for BLAS: the parameters
     live in one bias-augmented matrix ``[[W, c], [b^T, 0]]`` for the epoch,
@@ -212,14 +212,8 @@ def relaxed_training_epoch(
     if dtype is None:
         dtype = weights.dtype
     dtype = np.float32 if np.dtype(dtype) == np.float32 else np.float64
-    # [[W, c], [b^T, 0]]: the biases ride along in every product (the
-    # sweeps, the positive phase and the update below).
-    augmented = np.zeros((n_hidden + 1, n_visible + 1), dtype)
-    augmented[:n_hidden, :n_visible] = weights
-    augmented[:n_hidden, n_visible] = hidden_bias
-    augmented[n_hidden, :n_visible] = visible_bias
+    augmented = _augmented_matrix(weights, visible_bias, hidden_bias, dtype)
     W = augmented[:n_hidden, :n_visible]
-    b, c = augmented[n_hidden, :n_visible], augmented[:n_hidden, n_visible]
     weights_sq = np.multiply(W, W)
     onsager = np.empty_like(weights_sq)
     visible, hidden_state = np.ones(n_visible + 1, dtype), np.ones(n_hidden + 1, dtype)
@@ -227,27 +221,20 @@ def relaxed_training_epoch(
     m_v, m_h = visible[:n_visible], hidden_state[:n_hidden]
     # The means' variances, kept up to date by the sweeps and shared with the
     # Onsager part of the step (the means do not move in the step).
-    var_v, var_h = m_v - m_v * m_v, np.empty(n_hidden, dtype)
-    variances = (var_v, var_h)
+    var_v = m_v - m_v * m_v
+    variances = (var_v, np.empty(n_hidden, dtype))
     workspace = sweep_workspace(n_hidden, n_visible, dtype)
-    # Rows [batch, 1] and one row [m_v, 1] on the right; on the left the
-    # data rows weighted lr / n and the model row -lr: one product then adds
-    # lr (<h v^T>_data - m_h m_v^T) to W and the two bias steps to b and c.
-    # One pair of work arrays per batch size, and their views, made once.
+    # One set of work arrays of the step per batch size, made once.
     work = {}
-    sparse = sp.issparse(X)
     if hidden_chain is not None:
         # The chains on augmented arrays too, [v, 1] and [h, 1], with their
         # uniforms drawn in blocks (the same stream as two draws per step).
-        n_chains = hidden_chain.shape[0]
-        chain_visible = np.ones((n_chains, n_visible + 1), dtype)
-        chain_hidden = np.ones((n_chains, n_hidden + 1), dtype)
-        chain_hidden[:, :n_hidden] = hidden_chain
+        chain_visible, chain_hidden = _augmented_chains(hidden_chain, n_visible, dtype)
         uniforms = uniform_rows(
-            random_state, len(batch_slices), n_chains * (n_visible + n_hidden)
+            random_state,
+            len(batch_slices),
+            hidden_chain.shape[0] * (n_visible + n_hidden),
         )
-    rows_hidden_t, augmented_t = augmented[:n_hidden].T, augmented.T
-    matmul, multiply = np.matmul, np.multiply
     for batch in batch_slices:
         delta = augmented_sweeps(
             augmented,
@@ -265,41 +252,89 @@ def relaxed_training_epoch(
         n_batch = batch.stop - batch.start
         if n_batch not in work:
             work[n_batch] = _step_arrays(n_batch, n_hidden, n_visible, lr, dtype)
-        (
-            left_t,
-            right_t,
-            right_batch,
-            right_data,
-            right_model,
-            data_hidden,
-            left_model,
-        ) = work[n_batch]
-        right_data[...] = X[batch].toarray() if sparse else X[batch]
-        right_model[...] = m_v
-        matmul(right_batch, rows_hidden_t, data_hidden)
-        expit(data_hidden, data_hidden)
-        multiply(data_hidden, lr / n_batch, data_hidden)
-        multiply(hidden_state, -lr, left_model)
-        # W *= 1 - lr var_h var_v^T (the Onsager part of the negative phase)
-        multiply.outer(-lr * var_h, var_v, out=onsager)
-        onsager += 1.0
-        W *= onsager
-        # The augmented matrix is C-contiguous: its transpose is F-contiguous
-        # and dgemm accumulates into it without a copy.
-        _gemm_accumulate(right_t, left_t, augmented_t)
-        multiply(W, W, weights_sq)
+        data = X[batch].toarray() if sp.issparse(X) else X[batch]
+        _relaxed_step(
+            augmented,
+            weights_sq,
+            onsager,
+            data,
+            (m_v, hidden_state),
+            variances,
+            lr,
+            work[n_batch],
+        )
         if hidden_chain is not None:
             augmented_gibbs_step(chain_visible, chain_hidden, augmented, next(uniforms))
     if hidden_chain is not None:
         hidden_chain = chain_hidden[:, :n_hidden].copy()
     weights[...] = W
-    visible_bias[...] = b
-    hidden_bias[...] = c
+    visible_bias[...] = augmented[n_hidden, :n_visible]
+    hidden_bias[...] = augmented[:n_hidden, n_visible]
     return (
         (m_v.copy(), m_h.copy()),
         hidden_chain,
         n_unconverged if count_unconverged else None,
     )
+
+
+def _augmented_matrix(weights, visible_bias, hidden_bias, dtype):
+    """``[[W, c], [b^T, 0]]`` in ``dtype``, C-contiguous.
+
+    With the means and data rows carrying a trailing 1, the biases ride
+    along in every product: the sweeps, the positive phase and the update.
+    """
+    n_hidden, n_visible = weights.shape
+    augmented = np.zeros((n_hidden + 1, n_visible + 1), dtype)
+    augmented[:n_hidden, :n_visible] = weights
+    augmented[:n_hidden, n_visible] = hidden_bias
+    augmented[n_hidden, :n_visible] = visible_bias
+    return augmented
+
+
+def _augmented_chains(hidden_chain, n_visible, dtype):
+    """Work arrays ``[v, 1]`` and ``[h, 1]`` of the persistent chains."""
+    n_chains, n_hidden = hidden_chain.shape
+    chain_visible = np.ones((n_chains, n_visible + 1), dtype)
+    chain_hidden = np.ones((n_chains, n_hidden + 1), dtype)
+    chain_hidden[:, :n_hidden] = hidden_chain
+    return chain_visible, chain_hidden
+
+
+def _relaxed_step(augmented, weights_sq, onsager, data, means, variances, lr, work):
+    """One gradient step on ``augmented`` in place, at the means of the sweeps.
+
+    ``W += lr (<h v^T>_data - m_h m_v^T - W * var_h var_v^T)`` and the bias
+    steps: rows ``[data, 1]`` and one row ``[m_v, 1]`` on the right; on the
+    left the data rows' hidden probabilities weighted ``lr / n`` and the
+    model row ``[m_h, 1]`` weighted ``-lr``, so that one product adds the
+    data and model terms to ``W``, ``b`` and ``c`` together; the Onsager
+    term scales ``W`` first.  ``weights_sq`` is brought up to date;
+    ``means`` are ``m_v`` and ``[m_h, 1]``; ``onsager`` is a work array of
+    the shape of ``W``; ``work`` comes from :func:`_step_arrays` for this
+    batch size.
+    """
+    n_hidden = weights_sq.shape[0]
+    mean_visible, hidden_state = means
+    var_v, var_h = variances
+    left_t, right_t, right_batch, right_data, right_model, data_hidden, left_model = (
+        work
+    )
+    n_batch = right_batch.shape[0]
+    right_data[...] = data
+    right_model[...] = mean_visible
+    np.matmul(right_batch, augmented[:n_hidden].T, data_hidden)
+    expit(data_hidden, data_hidden)
+    np.multiply(data_hidden, lr / n_batch, data_hidden)
+    np.multiply(hidden_state, -lr, left_model)
+    # W *= 1 - lr var_h var_v^T (the Onsager part of the negative phase)
+    np.multiply.outer(-lr * var_h, var_v, out=onsager)
+    onsager += 1.0
+    W = augmented[:n_hidden, : weights_sq.shape[1]]
+    W *= onsager
+    # The augmented matrix is C-contiguous: its transpose is F-contiguous
+    # and dgemm accumulates into it without a copy.
+    _gemm_accumulate(right_t, left_t, augmented.T)
+    np.multiply(W, W, weights_sq)
 
 
 def _step_arrays(n_batch, n_hidden, n_visible, learning_rate, dtype=np.float64):

@@ -38,15 +38,13 @@ _FALLBACK_DAMPING = 0.5
 _DTYPES = (np.float64, np.float32)
 _METHODS = ("relaxed", *_MESSAGE_METHODS)
 # sweeps_per_update="auto": the relaxed iteration contracts by about 0.7 per
-# sweep on trained digits models; with 4-5 sweeps the training is erratic
-# (held-out log-likelihood -21 to -27 across seeds), with 6 it beats
-# BernoulliRBM by about 3 nats per digit (benchmarks/bench_bethe_rbm.py).
+# sweep on trained models, so 6 sweeps shrink the staleness of the persistent
+# means about tenfold per update; the factor-graph forms stop at tol sooner.
 _AUTO_SWEEPS = {"relaxed": 6, "bipartite": 10, "gaussian": 10}
 _LOG_PARTITION = ("auto", "single")
 # Rows of the training data that start the multi-state log Z of fit: evenly
-# spaced over the data (deterministic, no random draw).  On the benchmark's
-# digits models 20 rows gave log Z within 0.12 nat of 50 rows (8 x 8) and
-# within 0.02 of 200 rows (28 x 28).
+# spaced over the data (deterministic, no random draw).  More rows find no
+# further modes: on digits models 20 rows gave log Z within 0.12 nat of 50.
 _N_SEED_ROWS = 20
 
 
@@ -162,8 +160,8 @@ class BetheRBM(
     next, so an update costs a few sweeps.  With the default
     ``method="relaxed"`` (the large-N form of belief propagation on the dense
     RBM, i.e. the second-order TAP equations) a sweep is four matrix-vector
-    products and an epoch costs 0.7-2.1 times BernoulliRBM's (at most 1.5
-    from 256 hidden or 784 visible units).
+    products, and an update costs a few passes over the weights, as a
+    persistent contrastive divergence update does.
 
     :meth:`transform` and :meth:`gibbs` accept any values, as BernoulliRBM's
     do (``p(h | v)`` is defined for any real ``v``), so held-out data scaled a
@@ -198,62 +196,37 @@ class BetheRBM(
         sampling of :meth:`gibbs`.  The gradients themselves are
         deterministic.
     method : {"relaxed", "bipartite", "gaussian"}, default="relaxed"
-        Form of message passing.  ``"bipartite"`` keeps the hidden units as
-        variables and passes messages both ways on the bipartite graph with no
-        Gaussian step: ``2 n_components n_features`` messages, each update a
-        few transcendental functions, accurate at the larger weights of
-        trained RBMs (e.g. exact-vs-Bethe ``log Z`` error 0.25 against 0.47
-        for 10 x 16 models with weights of standard deviation 3).
-        ``"gaussian"`` is eq. (3) of Huang and Toyoizumi: hidden units summed
-        out and their cavity fields taken as Gaussian.  ``"relaxed"`` is the
-        large-N limit of ``"bipartite"`` on dense couplings (Mezard's relaxed
-        belief propagation): one mean per unit with an Onsager reaction term,
-        i.e. the second-order TAP (Plefka) equations of Gabrie, Tramel and
-        Krzakala, and the TAP free energy for ``log Z``; it agrees with
-        ``"bipartite"`` up to ``O(1/n)`` per unit, and a sweep is four
-        matrix-vector products with ``W`` and ``W**2``.  It is the default:
-        an epoch costs 0.7-2.1 times BernoulliRBM's, and on binarised digits
-        (64 and 784 visible units) its held-out log-likelihood is above
-        BernoulliRBM's on average over seeds
-        (``benchmarks/bench_bethe_rbm.py``, user guide).
+        Form of message passing.  ``"relaxed"``: one mean per unit with an
+        Onsager reaction term (the second-order TAP equations of Gabrie,
+        Tramel and Krzakala, the large-N limit of ``"bipartite"``); a sweep is
+        four matrix-vector products.  ``"bipartite"``: messages both ways on
+        every edge (two arrays of the weights' shape), closer to exact at the
+        large weights of trained RBMs.  ``"gaussian"``: eq. (3) of Huang and
+        Toyoizumi.  See :ref:`bethe_rbm`.
     damping : float in [0, 1), default=0.0
         Fraction of the old message kept at each update.  Persistent messages
         track the slowly changing parameters without damping; a full solve
         that fails to converge is retried with damping 0.5, which restores
         convergence near the instability.
     sweeps_per_update : int or "auto", default="auto"
-        Message-passing sweeps run (from the previous messages) before each
-        gradient step: at most this many for ``"bipartite"`` and
-        ``"gaussian"`` (they stop once ``tol`` is met), exactly this many for
-        ``"relaxed"`` (its convergence test would cost a third of a sweep and
-        rarely passes during training).  Fewer sweeps are faster but give a
-        staler negative phase.  ``"auto"`` is 6 for ``"relaxed"`` (with 4 or 5
-        the training is erratic on digits, with 6 its models beat
-        BernoulliRBM's in the benchmark) and 10 for the others.
+        Message-passing sweeps from the previous messages before each
+        gradient step: exactly this many for ``"relaxed"``, at most this many
+        for the others (they stop at ``tol``).  Fewer sweeps are cheaper but
+        give a staler negative phase; too few make the training erratic.
+        ``"auto"`` is 6 for ``"relaxed"`` and 10 for the others.
     tol : float, default=1e-7
         Message passing stops when no message changes by more than ``tol``.
     max_sweeps : int, default=1000
         Most sweeps of a full solve (end of fit, :meth:`log_partition_function`,
         :meth:`score_samples`).
     log_partition : {"auto", "single"}, default="auto"
-        The ``log Z`` of :meth:`score_samples` and
-        :meth:`log_partition_function`.  ``"single"``: the Bethe (TAP for
-        ``"relaxed"``) ``log Z`` of the one fixed point that the persistent
-        messages reach, a millisecond, but 0.9-3.4 nats below the truth on
-        models trained on binarised digits (9-10 on digits upsampled to
-        28 x 28): a trained RBM is multimodal and one fixed point describes
-        one mode, without the contribution of the short loops of the dense
-        graph.  ``"auto"``: computed once at the end of :meth:`fit` and
-        stored in :attr:`log_partition_`; exact (enumeration of the smaller
-        layer) when ``2**min(n_components, n_features) *
-        max(n_components, n_features) <= 2**22``, else the sum over the
-        distinct TAP fixed points reached from the persistent fixed point,
-        the persistent chains and 20 training rows, each with its loop
-        correction ``-1/2 log det(I - B)``, with 3 hidden units clamped up
-        to 32 hidden units.  On the digits models of the benchmarks it is
-        within 0.42 nat of exact or AIS, for 0.01-0.12 s of CPU at 64
-        visible units and 0.2-0.5 s at 784 (user guide); it does not depend
-        on ``method``.
+        The ``log Z`` of :meth:`score_samples`.  ``"single"``: the Bethe (TAP
+        for ``"relaxed"``) ``log Z`` of the one fixed point the persistent
+        messages reach; cheap, but low on a trained RBM, which is multimodal.
+        ``"auto"``: exact on small models, else summed over several fixed
+        points with loop corrections (see Notes), computed once at the end
+        of :meth:`fit` into :attr:`log_partition_`; it does not depend on
+        ``method``.  The user guide (:ref:`bethe_rbm`) gives its accuracy.
 
     Attributes
     ----------
@@ -318,10 +291,21 @@ class BetheRBM(
     exact and ``log Z`` is :attr:`log_partition_` (see ``log_partition``:
     exact on small models, else the Bethe/TAP estimate summed over fixed
     points with loop corrections), so the error is the same constant for
-    every sample and the result is deterministic.  The two numbers are on different
-    scales and cannot be compared with each other.  Units are {0, 1} as in
+    every sample and the result is deterministic.  The two numbers are on
+    different scales and cannot be compared with each other.  Units are {0, 1} as in
     BernoulliRBM; internally messages use the paper's +-1 spins and the
     constant of the change of variables is carried into ``log Z``.
+
+    ``log_partition="auto"`` enumerates the smaller layer when
+    ``2**min(n_components, n_features) * max(n_components, n_features) <=
+    2**22``.  Otherwise it sums, over the distinct TAP fixed points reached
+    from the persistent fixed point, the persistent chains and 20 evenly
+    spaced training rows, the TAP ``log Z`` of each with its loop correction
+    ``-1/2 log det(I - B)`` (Watanabe and Fukumizu), with 3 hidden units
+    clamped when there are at most 32 (Weller and Jebara):
+    :func:`~sklearn_meanfield.diagnostics.rbm_log_partition` with
+    ``method="bethe-multi"`` and ``bethe_form="relaxed"`` computes the same
+    kind of estimate for any RBM.
 
     Every fit and partial_fit is all-or-nothing: an exception (an interrupt,
     a ``MemoryError``) leaves the estimator, and the state of
@@ -336,6 +320,12 @@ class BetheRBM(
        Advances in Neural Information Processing Systems 28 (2015).
     .. [3] M. Mezard, "Mean-field message-passing equations in the Hopfield
        model and its generalizations", Phys. Rev. E 95, 022117 (2017).
+    .. [4] Y. Watanabe and K. Fukumizu, "Graph zeta function in the Bethe free
+       energy and loopy belief propagation", Advances in Neural Information
+       Processing Systems 22 (2009).
+    .. [5] A. Weller and T. Jebara, "Clamping variables and approximate
+       inference", Advances in Neural Information Processing Systems 27
+       (2014).
 
     Examples
     --------
