@@ -502,10 +502,13 @@ def test_perceptron_problems_and_sweeps_are_callback_subtasks(n_classes, capsys)
         n_clusters_per_class=1,
         random_state=0,
     )
-    plain = TAPPerceptronClassifier(random_state=0, n_jobs=1).fit(X, y)
+    # A fixed label noise: one solve per problem (a learned one adds the
+    # sweeps of its search to the same solve task).
+    params = dict(label_noise=0.05, random_state=0, n_jobs=1)
+    plain = TAPPerceptronClassifier(**params).fit(X, y)
     capsys.readouterr()
     recorder = _TreeRecorder()
-    model = TAPPerceptronClassifier(random_state=0, n_jobs=1, verbose=2)
+    model = TAPPerceptronClassifier(**params, verbose=2)
     model.set_callbacks(recorder).fit(X, y)
     printed = _sweep_lines(capsys.readouterr().out)
     tree = recorder.tree()

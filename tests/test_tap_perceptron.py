@@ -15,7 +15,7 @@ from sklearn_meanfield import TAPGaussianProcessClassifier, TAPPerceptronClassif
 from sklearn_meanfield.tap import _weight_space
 from sklearn_meanfield.tap._core import WeightSpacePosterior, expectation_propagation
 from sklearn_meanfield.tap._fallback import powered_label_noise as _powered_label_noise
-from sklearn_meanfield.tap._likelihoods import NoisyStepLikelihood
+from sklearn_meanfield.tap._likelihoods import LABEL_NOISE_BOUNDS, NoisyStepLikelihood
 
 
 def _teacher_data(n_samples, n_features, seed, flip=0.0, n_test=0):
@@ -343,7 +343,9 @@ def test_integer_weights_equal_ep_on_the_repeated_samples(space):
     # Reference: the core's EP on the repeated rows themselves (no weights,
     # no merging of the copies), at a tight tolerance.
     X, y, w = _weighted_problem(0)
-    model = TAPPerceptronClassifier(space=space, tol=1e-12, max_iter=3000)
+    model = TAPPerceptronClassifier(
+        label_noise=0.05, space=space, tol=1e-12, max_iter=3000
+    )
     model.fit(X, y, sample_weight=w)
     index = np.repeat(np.arange(len(y)), w.astype(int))
     Phi = np.hstack([X / np.sqrt(5), np.ones((len(y), 1))])[index]
@@ -398,7 +400,7 @@ def test_repeated_samples_leave_one_copy_out():
     X, y, w = _weighted_problem(2, n_samples=30)
     w = np.maximum(w, 1.0)
     index = np.repeat(np.arange(len(y)), w.astype(int))
-    model = TAPPerceptronClassifier(tol=1e-12, max_iter=3000)
+    model = TAPPerceptronClassifier(label_noise=0.05, tol=1e-12, max_iter=3000)
     model.fit(X[index], y[index])
     Phi = np.hstack([X / np.sqrt(5), np.ones((len(y), 1))])[index]
     likelihood = NoisyStepLikelihood(0.05, 0.0)
@@ -513,7 +515,7 @@ def test_sparse_inputs_give_the_dense_fit(space, fmt):
     X = np.where(rng.rand(70, 8) < 0.6, 0.0, rng.randn(70, 8))
     y = (X @ rng.randn(8) > 0).astype(int)
     X_sparse = sparse.csr_matrix(X) if fmt == "csr" else sparse.csc_matrix(X)
-    params = dict(space=space, tol=1e-10)
+    params = dict(label_noise=0.05, space=space, tol=1e-10)
     dense = TAPPerceptronClassifier(**params).fit(X, y)
     sparse_fit = TAPPerceptronClassifier(**params).fit(X_sparse, y)
     # Equal up to the solver's tolerance (the products round differently).
@@ -720,7 +722,7 @@ def test_closures_leave_one_copy_of_repeated_samples_out(variance):
     X, y, w = _weighted_problem(14, n_samples=30)
     w = np.maximum(w, 1.0)
     index = np.repeat(np.arange(30), w.astype(int))
-    params = dict(variance=variance, tol=1e-12, max_iter=20000)
+    params = dict(label_noise=0.05, variance=variance, tol=1e-12, max_iter=20000)
     model = TAPPerceptronClassifier(**params).fit(X[index], y[index])
     Phi = np.hstack([X / np.sqrt(5), np.ones((30, 1))])[index]
     posterior = WeightSpacePosterior(Phi)
@@ -742,3 +744,83 @@ def test_closures_leave_one_copy_of_repeated_samples_out(variance):
     assert repeated.converged
     expected = likelihood.predictive_positive(repeated.cavity_mean, repeated.cavity_var)
     np.testing.assert_allclose(model.loo_proba_[:, 1], expected, rtol=1e-6)
+
+
+# ------------------------------------------------------ learned label noise
+
+
+def _loo_log_likelihood(model, y):
+    rows = np.arange(len(y))
+    return float(
+        np.sum(np.log(model.loo_proba_[rows, np.searchsorted(model.classes_, y)]))
+    )
+
+
+def _noisy_teacher(seed, n_samples, flip, n_features=5):
+    rng = np.random.RandomState(seed)
+    X = rng.randn(n_samples, n_features)
+    y = (X @ rng.randn(n_features) > 0).astype(int)
+    flipped = rng.rand(n_samples) < flip
+    y[flipped] = 1 - y[flipped]
+    return X, y
+
+
+def test_learned_label_noise_maximises_the_leave_one_out_likelihood():
+    # Brute force: refits at fixed label noises on a grid spanning the search
+    # bounds.  The search stops within 20% of the best noise, where the
+    # leave-one-out log-likelihood is stationary, so it may fall short of
+    # the grid's best only by a second-order amount (0.5% of its size here).
+    X, y = _noisy_teacher(0, 120, 0.1)
+    auto = TAPPerceptronClassifier().fit(X, y)
+    grid = np.geomspace(*LABEL_NOISE_BOUNDS, 25)
+    scores = [
+        _loo_log_likelihood(TAPPerceptronClassifier(label_noise=k).fit(X, y), y)
+        for k in grid
+    ]
+    best = max(scores)
+    assert _loo_log_likelihood(auto, y) >= best - 0.005 * abs(best)
+    assert grid[0] < auto.label_noise_ < grid[-1]
+    # Fixed label noise is reported as the fitted one.
+    assert TAPPerceptronClassifier(label_noise=0.2).fit(X, y).label_noise_ == 0.2
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_learned_label_noise_follows_the_flipped_fraction(seed):
+    # Clean separable labels: the noise goes to the lower bound, so the
+    # probabilities are not capped at 1 - 0.05.  20% flipped labels: the
+    # noise is near 0.2 (its sampling sd at 400 rows is 0.02, the range
+    # allows for the estimate's bias from the finite posterior width).
+    X, y = _noisy_teacher(seed, 400, 0.0)
+    clean = TAPPerceptronClassifier().fit(X, y)
+    assert clean.label_noise_ < 1e-3
+    assert clean.predict_proba(X).max() > 0.99
+    X, y = _noisy_teacher(seed, 400, 0.2)
+    noisy = TAPPerceptronClassifier().fit(X, y)
+    assert 0.1 < noisy.label_noise_ < 0.3
+
+
+def test_learned_label_noise_per_one_vs_rest_problem():
+    X, y = load_iris(return_X_y=True)
+    X = (X - X.mean(0)) / X.std(0)
+    model = TAPPerceptronClassifier(random_state=0).fit(X, y)
+    assert model.label_noise_.shape == (3,)
+    # Setosa is linearly separable from the rest, versicolor is not.
+    assert model.label_noise_[0] < 1e-3 < 0.05 < model.label_noise_[1]
+    np.testing.assert_allclose(
+        np.exp(model.predict_log_proba(X)), model.predict_proba(X), rtol=1e-10
+    )
+    assert model.score(X, y) > 0.9
+
+
+def test_learned_label_noise_is_the_same_for_sparse_inputs():
+    from scipy import sparse
+
+    X, y = _noisy_teacher(3, 80, 0.1)
+    X[np.abs(X) < 0.5] = 0.0
+    dense = TAPPerceptronClassifier().fit(X, y)
+    sparse_fit = TAPPerceptronClassifier().fit(sparse.csr_matrix(X), y)
+    # Equal up to the search's accuracy, 20% of the noise.
+    assert sparse_fit.label_noise_ == pytest.approx(dense.label_noise_, rel=0.2)
+    np.testing.assert_allclose(
+        sparse_fit.predict_proba(X), dense.predict_proba(X), atol=0.02
+    )

@@ -38,7 +38,7 @@ from ._core import (
 from ._fallback import ep_with_fallback
 from ._hooks import print_sweeps, sweep_steps
 from ._kernels import ignores_inputs, length_scale_outside_bounds, with_length_scale
-from ._likelihoods import make_likelihood
+from ._likelihoods import LABEL_NOISE_BOUNDS, make_likelihood
 
 __all__ = [
     "LABEL_NOISE_BOUNDS",
@@ -170,8 +170,7 @@ def _naive_solve(posterior, t, likelihood, options, on_iteration=None, weights=N
 
 
 # ``label_noise="auto"``: the label noise is searched on a log scale within
-# these bounds, from this start, as one more hyperparameter.
-LABEL_NOISE_BOUNDS = (1e-4, 0.4)
+# LABEL_NOISE_BOUNDS, from this start, as one more hyperparameter.
 _LABEL_NOISE_START = 0.01
 
 

@@ -10,11 +10,12 @@ model).
 """
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
 from scipy import sparse
+from scipy.optimize import minimize_scalar
 from sklearn.exceptions import ConvergenceWarning
 
 from .._parallel import blas_threads_for_matrix, draw_seeds, run_parallel, select_best
@@ -27,6 +28,7 @@ from ._core import (
 )
 from ._fallback import ep_with_fallback
 from ._hooks import sweep_steps
+from ._likelihoods import LABEL_NOISE_BOUNDS, make_likelihood
 from ._weight_space import _row_norms_squared
 
 __all__ = ["BinaryFit", "FitOptions", "fit_binary"]
@@ -42,6 +44,18 @@ PREFIX = "TAPPerceptronClassifier"
 # oscillates at larger steps (measured: no convergence at 0.5, 160-800 sweeps
 # at 0.2 for N = 50 teacher problems).
 _MAX_CLOSURE_STEP = 0.2
+
+# ``label_noise="auto"`` scans this grid of label noises from the largest
+# down (each solve warm-started from the best so far: EP converges easily at
+# large noise and the solution carries over) until the leave-one-out
+# log-likelihood falls, then refines between the best point's neighbours to
+# _LOG_LABEL_NOISE_TOL in log noise (15%: the score is stationary there).
+# Each solve of the search runs to _SEARCH_TOL at most (the score's error is
+# of the order of the square of EP's residual); the chosen noise is then
+# solved to ``tol``.
+_LABEL_NOISE_GRID = np.geomspace(LABEL_NOISE_BOUNDS[1], LABEL_NOISE_BOUNDS[0], 9)
+_LOG_LABEL_NOISE_TOL = 0.15
+_SEARCH_TOL = 1e-3
 
 
 class _IsotropicVariance:
@@ -68,7 +82,8 @@ class FitOptions:
     """The validated parameters a binary problem's fit reads, built once in fit.
 
     ``likelihood`` is the noisy step of ``label_noise``, built once for every
-    solve and for predictions.
+    solve and for predictions; when ``learns_label_noise``, each problem
+    searches its own label noise and ``likelihood`` is not used.
     """
 
     likelihood: object
@@ -80,6 +95,7 @@ class FitOptions:
     n_restarts: int
     n_weights: int
     verbose: int = 0
+    learns_label_noise: bool = False
 
 
 class _WarmStart(NamedTuple):
@@ -92,11 +108,13 @@ class _WarmStart(NamedTuple):
 
 class BinaryFit(NamedTuple):
     """A fitted binary problem: the posterior mean of the weights, the model
-    of the field variance at new inputs and the mean-field solution."""
+    of the field variance at new inputs, the mean-field solution and the
+    likelihood (with the problem's label noise)."""
 
     weight_mean: np.ndarray
     variance_model: object
     solution: object
+    likelihood: object
 
 
 def _adaptive_solve(posterior, t, w, options, warm, reporter):
@@ -155,6 +173,83 @@ def _free_energy_score(solution):
     if np.isfinite(solution.log_evidence):
         return solution.log_evidence
     return float(np.sum(solution.log_z))
+
+
+def _learn_label_noise(posterior, t, w, options, reporter):
+    """The label noise of largest leave-one-out log-likelihood, its solution.
+
+    The leave-one-out log-likelihood of the labels (free from the cavities)
+    is what a held-out log-loss measures; it is maximised over
+    ``log(label_noise)`` within ``LABEL_NOISE_BOUNDS``: a scan down
+    :data:`_LABEL_NOISE_GRID` brackets the maximum, bounded Brent search
+    refines it.  A solve that does not converge scores nothing (its cavities
+    are not the model's).  Clean, separable data drive the noise to the
+    lower bound, so probabilities are not capped at ``1 - 0.05``; noisy data
+    get the noise they show.  Returns the options with the chosen likelihood
+    and the solution at ``tol``; a callback's stop ends the search where it
+    is.
+    """
+    search = replace(options, tol=max(options.tol, _SEARCH_TOL))
+    points = []  # (log noise, score, options, solution), in order of solving
+
+    def evaluate(log_noise):
+        best = _best_point(points)
+        warm = None if best is None else _warm_start(best[3], 0)
+        at = replace(
+            search, likelihood=make_likelihood("step", float(np.exp(log_noise)))
+        )
+        solution = _solve(posterior, t, w, at, warm, reporter)
+        score = _loo_log_likelihood(solution, w) if solution.converged else -np.inf
+        points.append((log_noise, score, at, solution))
+        if solution.stopped:
+            raise _SearchStopped
+        return -score
+
+    try:
+        for log_noise in np.log(_LABEL_NOISE_GRID):
+            evaluate(log_noise)
+            best = _best_point(points)
+            if best is not None and points[-1][1] < best[1]:
+                break
+        ordered = sorted(points, key=lambda point: point[0])
+        index = int(np.argmax([point[1] for point in ordered]))
+        if 0 < index < len(ordered) - 1:
+            minimize_scalar(
+                evaluate,
+                bounds=(ordered[index - 1][0], ordered[index + 1][0]),
+                method="bounded",
+                options={"xatol": _LOG_LABEL_NOISE_TOL},
+            )
+    except _SearchStopped:
+        return replace(points[-1][2], tol=options.tol), points[-1][3]
+    _, score, at, solution = _best_point(points) or points[-1]
+    reporter(
+        1,
+        "label noise %.4g by %d solves (leave-one-out log-likelihood %.4f)",
+        at.likelihood.label_noise,
+        len(points),
+        score,
+    )
+    at = replace(at, tol=options.tol)
+    warm = _warm_start(solution, 0) if solution.converged else None
+    return at, _solve(posterior, t, w, at, warm, reporter)
+
+
+def _best_point(points):
+    """The converged point of largest score, or None."""
+    finite = [point for point in points if np.isfinite(point[1])]
+    return max(finite, key=lambda point: point[1]) if finite else None
+
+
+class _SearchStopped(Exception):
+    """A callback asked the label-noise search to stop."""
+
+
+def _loo_log_likelihood(solution, w):
+    """``sum_i w_i log p(t_i | cavity_i)``: the leave-one-out log-likelihood
+    of the labels, from the tilted normalisers at the cavities."""
+    log_z = solution.log_z if w is None else w * solution.log_z
+    return float(np.sum(log_z))
 
 
 def _warm_start(solution, n_new):
@@ -230,7 +325,10 @@ def fit_binary(Phi, t, w, options, seed, n_jobs, task=None):
             task=reporter.task.subtask("solve", max_steps=None),
         )
         with solve.task:
-            solution = _solve(posterior, t, w, options, reporter=solve)
+            if options.learns_label_noise:
+                options, solution = _learn_label_noise(posterior, t, w, options, solve)
+            else:
+                solution = _solve(posterior, t, w, options, reporter=solve)
         reporter(
             1,
             "%s mean field in %s space: %d sweeps, converged=%s",
@@ -251,7 +349,7 @@ def fit_binary(Phi, t, w, options, seed, n_jobs, task=None):
             variance_model = _DualFieldVariance(Phi, solution.posterior)
         if solution.posterior is not None:
             solution.posterior.release()
-    return BinaryFit(weight_mean, variance_model, solution)
+    return BinaryFit(weight_mean, variance_model, solution, options.likelihood)
 
 
 def _best_of_restarts(posterior, t, w, options, seed, n_jobs, reporter, solution):

@@ -24,6 +24,7 @@ __all__ = [
     "QuadraturePowered",
     "LogisticLikelihood",
     "GaussianLikelihood",
+    "LABEL_NOISE_BOUNDS",
     "make_likelihood",
 ]
 
@@ -561,6 +562,12 @@ class GaussianLikelihood:
         first = residual / s
         second = np.full_like(first, 1.0) / s
         return log_z, first, second
+
+
+# ``label_noise="auto"`` (both classifiers) searches the label noise on a log
+# scale within these bounds: at the lower end a probability reaches 0.9999,
+# at the upper end the labels are nearly random.
+LABEL_NOISE_BOUNDS = (1e-4, 0.4)
 
 
 def make_likelihood(name, label_noise):

@@ -84,11 +84,16 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
 
     Parameters
     ----------
-    label_noise : float in [0, 0.5), default=0.05
+    label_noise : float in [0, 0.5) or "auto", default="auto"
         Probability that a training label was flipped (the paper's
-        ``beta`` is ``log((1 - label_noise) / label_noise)``).  The default
-        keeps the posterior proper on data that no perceptron separates; use
-        0 for noise-free (teacher) problems.
+        ``beta`` is ``log((1 - label_noise) / label_noise)``).  A
+        probability never exceeds ``1 - label_noise``.  ``"auto"`` learns it
+        per binary problem by maximising the TAP evidence within
+        ``LABEL_NOISE_BOUNDS`` = (1e-4, 0.4): clean, separable data get
+        confident probabilities, noisy data the noise they show, at the cost
+        of about ten warm-started solves.  0 is the noise-free (teacher)
+        model of the paper, whose posterior is improper on data no
+        perceptron separates.
     variance : {"adaptive", "isotropic", "naive"}, default="adaptive"
         Cavity variances: ``"adaptive"`` solves for them from the data's own
         correlations (exact for Gaussian posteriors, the TAP/EP fixed point);
@@ -152,6 +157,10 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         Posterior mean weights in the inputs' scale: the decision function
         is ``X @ coef_.T + intercept_`` (that is ``<w> / sqrt(n_features)``).
     intercept_ : ndarray of shape (1,) or (n_classes,)
+    label_noise_ : float or ndarray of shape (n_classes,)
+        The label noise of the fitted model: ``label_noise``, or the learned
+        one (an array, one per one-vs-rest problem, with more than two
+        classes).
     loo_error_ : float
         Leave-one-out error rate from the cavity fields (paper's section 6);
         with weights, the weighted rate (a sample of weight ``w`` counts
@@ -198,7 +207,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
     """
 
     _parameter_constraints: dict = {
-        "label_noise": [Interval(Real, 0, 0.5, closed="left")],
+        "label_noise": [Interval(Real, 0, 0.5, closed="left"), StrOptions({"auto"})],
         "variance": [StrOptions({"adaptive", "isotropic", "naive"})],
         "fit_intercept": ["boolean"],
         "class_weight": [dict, StrOptions({"balanced"}), None],
@@ -215,7 +224,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
     def __init__(
         self,
         *,
-        label_noise=0.05,
+        label_noise="auto",
         variance="adaptive",
         fit_intercept=True,
         class_weight=None,
@@ -366,8 +375,9 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         else:
             self.space_ = self.space
         self._check_memory(n_samples, n_weights, len(self.classes_))
+        learned = self.label_noise == "auto"
         options = FitOptions(
-            likelihood=make_likelihood("step", self.label_noise),
+            likelihood=make_likelihood("step", 0.0 if learned else self.label_noise),
             variance=self.variance,
             space=self.space_,
             max_iter=self.max_iter,
@@ -376,6 +386,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
             n_restarts=self.n_restarts,
             n_weights=n_weights,
             verbose=self.verbose,
+            learns_label_noise=learned,
         )
         targets = [t[keep] for t in one_vs_rest_targets(y_index, n_classes)]
         seeds = draw_seeds(rng, len(targets))
@@ -387,7 +398,6 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
             problems = self._fit_problems(
                 Phi, targets, site_weights, options, seeds, tasks
             )
-            self._likelihood = options.likelihood
             self._store(X, y, problems, keep, error_weights, dtype, merged)
         return self
 
@@ -452,15 +462,18 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         else:
             intercept = np.zeros(len(problems))
         self._variance_models = [fit.variance_model for fit in problems]
+        self._likelihoods = [fit.likelihood for fit in problems]
+        noise = np.array([fit.likelihood.label_noise for fit in problems])
+        self.label_noise_ = float(noise[0]) if len(noise) == 1 else noise
         self.n_iter_ = int(max(fit.solution.n_iter for fit in problems))
         # coef_ and intercept_ follow X's dtype (solved in float64).
         self.coef_ = coef.astype(dtype, copy=False)
         self.intercept_ = intercept.astype(dtype, copy=False)
 
-        likelihood = self._likelihood
+        likelihoods = self._likelihoods
         solutions = [fit.solution for fit in problems]
         if merged is None:
-            loo_proba, _ = leave_one_out(likelihood, solutions, self.classes_, y[keep])
+            loo_proba, _ = leave_one_out(likelihoods, solutions, self.classes_, y[keep])
         else:
             # A merged sample leaves its own share of the merged site out.
             keep = merged.kept
@@ -470,7 +483,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
                         likelihood.predictive_positive(
                             *partial_cavities(s, merged.group, merged.share)
                         )
-                        for s in solutions
+                        for likelihood, s in zip(likelihoods, solutions)
                     ]
                 )
             )
@@ -524,15 +537,23 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
     def _positive(self, mean, var):
         # A field known exactly (var = 0) gives the likelihood at its mean.
         var = np.maximum(var, np.finfo(float).tiny)
-        return self._likelihood.predictive_positive(mean, var)
+        return np.column_stack(
+            [
+                likelihood.predictive_positive(mean[:, k], var[:, k])
+                for k, likelihood in enumerate(self._likelihoods)
+            ]
+        )
 
     def decision_function(self, X):
         """Mean field in units of its posterior standard deviation.
 
-        ``z = <h> / sqrt(Var h)`` with ``<h> = X @ coef_.T + intercept_``: its
-        sign is the Bayes prediction ``sign(<w> . x)``, and
-        :meth:`predict_proba` is an increasing function of it, so both rank
-        the samples alike.
+        Two classes: ``z = <h> / sqrt(Var h)`` with ``<h> = X @ coef_.T +
+        intercept_``; its sign is the Bayes prediction ``sign(<w> . x)``
+        and :meth:`predict_proba` is an increasing function of it, so both
+        rank the samples alike.  More classes: the log-odds of each
+        one-vs-rest probability, ``log(p_k / (1 - p_k))`` with ``p_k =
+        label_noise_k + (1 - 2 label_noise_k) Phi(z_k)``, so that its argmax
+        is :meth:`predict` when the problems' label noises differ.
 
         Parameters
         ----------
@@ -545,8 +566,16 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         inputs to a float32 fit (like the fitted coefficients), else float64.
         """
         mean, var, dtype = self._fields(X)
-        scores = self._standardised(mean, var).astype(dtype, copy=False)
-        return scores[:, 0] if scores.shape[1] == 1 else scores
+        z = self._standardised(mean, var)
+        if z.shape[1] == 1:
+            return z[:, 0].astype(dtype, copy=False)
+        log_odds = np.column_stack(
+            [
+                log_noisy_step(z[:, k], noise) - log_noisy_step(-z[:, k], noise)
+                for k, noise in enumerate(self.label_noise_)
+            ]
+        )
+        return log_odds.astype(dtype, copy=False)
 
     def predict_proba(self, X):
         """Predictive probabilities, integrating over the field's posterior.
@@ -585,17 +614,19 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         """
         mean, var, dtype = self._fields(X)
         z = self._standardised(mean, var)
-        label_noise = self._likelihood.label_noise
+        label_noise = np.atleast_1d(self.label_noise_)
         if z.shape[1] == 1:
             # 1 - kappa - (1 - 2 kappa) Phi(z) = kappa + (1 - 2 kappa) Phi(-z).
             log_proba = np.column_stack(
                 [
-                    log_noisy_step(-z[:, 0], label_noise),
-                    log_noisy_step(z[:, 0], label_noise),
+                    log_noisy_step(-z[:, 0], label_noise[0]),
+                    log_noisy_step(z[:, 0], label_noise[0]),
                 ]
             )
         else:
-            log_positive = log_noisy_step(z, label_noise)
+            log_positive = np.column_stack(
+                [log_noisy_step(z[:, k], noise) for k, noise in enumerate(label_noise)]
+            )
             with np.errstate(divide="ignore"):
                 total = logsumexp(log_positive, axis=1, keepdims=True)
             uniform = np.full_like(log_positive, -np.log(z.shape[1]))
@@ -614,10 +645,10 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         -------
         ndarray of shape (n_samples,)
         """
-        mean, var, _ = self._fields(X)
-        if mean.shape[1] == 1:
-            return self.classes_[(self._standardised(mean, var)[:, 0] > 0).astype(int)]
-        return self.classes_[np.argmax(self._proba(mean, var), axis=1)]
+        scores = self.decision_function(X)
+        if scores.ndim == 1:
+            return self.classes_[(scores > 0).astype(int)]
+        return self.classes_[np.argmax(scores, axis=1)]
 
 
 def _sites(X, Phi, y_index, weights):
