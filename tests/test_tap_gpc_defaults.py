@@ -170,3 +170,28 @@ def test_log_marginal_likelihood_refuses_a_theta_that_is_no_point(theta):
     model = TAPGaussianProcessClassifier(optimizer=None).fit(X, y)
     with pytest.raises(ValueError, match="theta must be a one-dimensional"):
         model.log_marginal_likelihood(theta)
+
+
+def test_a_stalled_warm_start_is_solved_again_from_cold():
+    # Fractional weights: the line search's first step leaves the sites of
+    # the start far behind, and EP warm-started from them stalls where a cold
+    # start converges; the evaluation is solved again, not rejected.
+    from sklearn_meanfield._progress import CallbackTask
+    from sklearn_meanfield.tap import _binary_gpc
+
+    X, y = make_classification(n_samples=60, n_features=4, random_state=0)
+    weights = np.linspace(0.2, 3.0, 60)
+    t = 2.0 * y - 1.0
+    kernel = C(1.0) * RBF(3.0)
+    options = TAPGaussianProcessClassifier()._options()
+    far = np.log([14.24**2, 0.09737])
+    search = _binary_gpc._Search(
+        X, t, kernel, options, weights, CallbackTask(), kernel.theta
+    )
+    search(kernel.theta)
+    cold = search.evaluate(far, [], True)
+    assert cold.solution.converged
+    value, gradient = search(far)
+    # The evidence of the cold start, to the search's tolerance (the error
+    # of an EP evidence is of the order of the residual's square).
+    assert -value == pytest.approx(cold.value, rel=1e-4)

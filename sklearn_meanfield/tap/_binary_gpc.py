@@ -354,7 +354,18 @@ class _Search:
 
     def __call__(self, theta, eval_gradient=True):
         start = _extrapolate_sites(self.history, theta)
-        evaluation = self.evaluate(theta, start, eval_gradient)
+        if start:
+            # Sites from far away (a long first step of the line search) can
+            # hold EP where a cold start converges: a warm start gets a
+            # quarter of the sweeps, then a cold start all of them.
+            options = self.options
+            self.options = replace(options, max_iter=max(25, options.max_iter // 4))
+            try:
+                evaluation = self.evaluate(theta, start, eval_gradient)
+            finally:
+                self.options = options
+        if not start or not evaluation.solution.converged:
+            evaluation = self.evaluate(theta, [], eval_gradient)
         self.evaluations += 1
         value, gradient = self._record(theta, evaluation, eval_gradient)
         if self.task.step("evaluation"):
