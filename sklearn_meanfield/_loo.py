@@ -48,8 +48,8 @@ def log_sum_exp(values, axis):
     """``log(sum(exp(values)))`` along ``axis`` of an array of finite values.
 
     ``scipy.special.logsumexp`` without its handling of infinities and signs,
-    which makes it about six times slower on the (draws, points) arrays of
-    PSIS (1.05 s against 0.17 s on 4000 x 5000).
+    which costs several extra passes over the (draws, points) arrays of
+    PSIS.
 
     Parameters
     ----------

@@ -46,14 +46,11 @@ N_JOBS_CONSTRAINT = [
 ]
 
 # A BLAS call gets more than one thread only above this much work (flops of
-# the factorisation it belongs to).  Measured on this project's 2-core machine
-# (``benchmarks/bench_blas_threads.py``: Cholesky, triangular inverse and a
-# product, one thread against two): idle, two threads break even at n = 1024
-# (0.36 GFlop) and gain 1.5x at n = 2048 (2.9 GFlop); with one core busy
-# elsewhere they lose at every size (2.5x slower at n = 1024, 1.3x at 2048),
-# because OpenBLAS's threads spin while they wait for each other.  Earlier,
-# on a shared machine (load 10), a 250 x 250 Cholesky took 0.5 ms on one
-# thread against 0.29 s on two.
+# the factorisation it belongs to): below it the threads' synchronisation
+# costs more than they share, and OpenBLAS's threads spin while they wait
+# for each other, so on a busy machine they lose at any size.
+# ``benchmarks/bench_blas_threads.py`` measures the break-even: two idle
+# threads gain from about n = 1024 (0.36 GFlop of Cholesky).
 MULTITHREAD_MIN_FLOPS = 1e9
 
 

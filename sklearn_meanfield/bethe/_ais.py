@@ -65,10 +65,10 @@ __all__ = [
 
 # Chains run in tasks of at most this many, each with its own seed drawn up
 # front: the split depends on ``n_chains`` only, so the log weights are the
-# same for every ``n_jobs``.  A compromise: on a 64 x 16 model a task of 50
-# chains costs 1.6 times more CPU per chain than one of 100 (numpy's overhead
-# per call, ~30 calls a step), but the default 100 chains make two tasks that
-# two workers share; from 64 hidden units on the cost per chain is the same.
+# same for every ``n_jobs``.  A compromise: on small models numpy's overhead
+# per call (~30 calls a step) makes a task of 50 chains cost 1.6 times more
+# per chain than one of 100, but the default 100 chains make two tasks that
+# two workers share.
 CHAINS_PER_TASK = 50
 
 # Salakhutdinov and Murray's schedule: 500 betas uniform on [0, 0.5], 4000 on
@@ -167,14 +167,11 @@ def ais_schedule(n_temperatures, spacing="linear"):
         ``"linear"``: equal steps.  ``"salakhutdinov-murray"``: the paper's
         spacing scaled to ``K`` steps, 500/14500 of them uniform on
         [0, 0.5], 4000/14500 on [0.5, 0.9] and 10000/14500 on [0.9, 1]
-        (``K`` at least 3).  Equal steps are the default because, from a
-        base-rate model, they gave standard errors of ``log Z`` 1.1 to 2 times
-        smaller than the paper's spacing at equal cost on binarised digits
-        models (16 to 256 hidden units, 3000 steps), and 3 to 5 times smaller
-        from a uniform base model: the standard deviation of
-        ``d log p*_beta / d beta``, which sets the best local step, varies
-        little along the path (within a factor 1.7 from 0 to 1 on a trained
-        20-unit model).
+        (``K`` at least 3).  Equal steps are the default: the standard
+        deviation of ``d log p*_beta / d beta``, which sets the best local
+        step, varies little along the path of a trained RBM, so equal steps
+        give a smaller standard error than the paper's spacing at equal
+        cost.
 
     Returns
     -------
@@ -386,13 +383,11 @@ def ais_log_partition(
     low by about ``std_error**2 / 2``.  One step costs two products of the
     ``(n_chains, n_visible)`` and ``(n_chains, n_hidden)`` states with the
     weights, two exponentials and a logarithm per hidden unit and a
-    logistic function per visible unit, for every chain.  On six BetheRBM and
-    BernoulliRBM models trained on binarised digits (64 visible, 8 to 20
-    hidden units), the defaults with the training digits' base rates gave
-    standard errors of 0.001 to 0.016 nat and errors against exact
-    enumeration of at most 0.006 nat, in about 3 s of CPU time each (one
-    core of a shared machine); from the uniform base
-    (``base_visible_bias=None``) the standard errors were 0.010 to 0.017 nat.
+    logistic function per visible unit, for every chain.  A base model close
+    to the RBM (the training data's base rates rather than the uniform
+    ``base_visible_bias=None``) lowers the variance;
+    ``benchmarks/bench_rbm_log_likelihood.py`` measures the error against
+    enumeration.
 
     References
     ----------

@@ -99,9 +99,9 @@ def rbm_log_partition(
         ``method="ais"`` only: independent annealing runs; the standard error
         falls as ``1 / sqrt(n_chains)``.
     n_temperatures : int or array-like, default=10000
-        ``method="ais"`` only: annealing steps (spaced as Salakhutdinov and
-        Murray's schedule), or the inverse temperatures themselves
-        (non-decreasing from 0 to 1).  More steps lower both the variance
+        ``method="ais"`` only: annealing steps, equally spaced in inverse
+        temperature, or the inverse temperatures themselves (non-decreasing
+        from 0 to 1).  More steps lower both the variance
         and the bias, at proportional cost.
     random_state : int, RandomState instance or None, default=None
         ``method="ais"``: source of the chains' seeds.

@@ -265,7 +265,7 @@ class BetheRBM(
         convergence condition of the TAP equations, the de Almeida-Thouless
         line).
     messages_ : tuple of two ndarrays
-        The persistent messages (float64), used to warm-start later solves:
+        The persistent messages (float64), kept to warm-start later solves:
         two arrays of shape (n_components, n_features) for ``"bipartite"``
         and ``"gaussian"``; for ``"relaxed"`` the means ``(m_v, m_h)`` of
         shapes (n_features,) and (n_components,).

@@ -76,7 +76,7 @@ def fit_memory_bytes(n_samples, shape):
 
     ``"full"`` holds about ten ``k x k`` matrices at once (the Cholesky
     factor, the precision, the target ``2 dL/dC`` and their mixes and
-    temporaries; 9.6-10.4 measured with tracemalloc at k = 906 and 1806) and
+    temporaries; twelve are counted, a margin above the peak) and
     the ``(n, H^2 P)`` product of the local moments; ``"diag"`` and
     ``"lowrank"`` never form a ``k x k`` matrix and hold ``O(k r)`` plus the
     per-point moments.  Every family holds the order-4 jets and their
@@ -101,7 +101,8 @@ def fit_memory_bytes(n_samples, shape):
         return 12 * 8.0 * k * k + 8.0 * n * H * H * P + per_point
     r = shape.rank
     # L-BFGS-B's history and workspace (about 25 vectors) and the Python-side
-    # copies of the parameters and gradients: ~70 vectors measured.
+    # copies of the parameters and gradients: 100 vectors, a margin over the
+    # ~70 that tracemalloc finds.
     lbfgs = 100 * 8.0 * shape.n_params if shape.covariance == "lowrank" else 0.0
     return 8.0 * (n * H * (r + 2) + k * (r + 12)) + per_point + lbfgs
 

@@ -131,15 +131,14 @@ class EnsembleLearningRegressor(
     hidden_layer_size : int, default=8
         Number of erf hidden units (shared by all outputs).
     covariance : {"full", "lowrank", "diag"}, default="full"
-        Family of the posterior covariance: dense Cholesky factor,
-        diagonal plus rank ``rank``, or diagonal.  ``"full"`` holds about ten
-        ``n_weights x n_weights`` matrices during the fit
-        (``n_weights = hidden_layer_size * (n_features + 2)`` for one output):
-        the most accurate family and, at small sizes, the fastest.
-        ``"diag"`` and ``"lowrank"`` never form such a matrix (memory linear
-        in ``n_weights``), which is what makes thousands of inputs possible;
-        at small sizes they need more iterations (``"lowrank"`` is fitted by
-        L-BFGS, many times slower than natural gradient).
+        Family of the posterior covariance: dense Cholesky factor, diagonal
+        plus rank ``rank``, or diagonal.  ``"full"`` is the most accurate and
+        holds about ten ``n_weights x n_weights`` matrices during the fit
+        (``n_weights = hidden_layer_size * (n_features + 2)`` for one output);
+        ``"diag"`` and ``"lowrank"`` never form one (memory linear in
+        ``n_weights``), which makes thousands of inputs possible, at the cost
+        of more iterations (``"lowrank"`` is fitted by L-BFGS).
+        See :ref:`ensemble_learning`.
     rank : int, default=2
         Rank of the low-rank part when ``covariance="lowrank"``.
     n_restarts : int, default=2
@@ -149,8 +148,7 @@ class EnsembleLearningRegressor(
         Maximum number of iterations, each an update of ``Q`` (one
         natural-gradient step; for ``"lowrank"`` a phase of 100 L-BFGS
         iterations on ``Q`` and the log hyperparameters jointly) followed by
-        the exact re-estimation of the hyperparameters.  ``"lowrank"`` is the
-        slow family: L-BFGS needs far more iterations than natural gradient.
+        the exact re-estimation of the hyperparameters.
     inner_max_iter : int, default=10
         Before the first iteration ``Q`` is fitted at the initial
         hyperparameters, with at most this many natural-gradient steps (for
