@@ -60,9 +60,8 @@ def exact_moments(column, weights=None):
 
 @pytest.mark.parametrize("magnitude", [1e-300, 1e-160, 1.0, 1e160, 1e300])
 def test_moments_at_any_magnitude_match_exact_arithmetic(magnitude):
-    # Before the power-of-two rescaling, the square of 1e160 overflowed (sd
-    # inf: the column was dropped) and that of 1e-160 underflowed (sd 0: the
-    # column was taken as constant).
+    # The square of 1e160 overflows and that of 1e-160 underflows: the
+    # power-of-two rescaling must keep the sd finite and non-zero.
     rng = np.random.RandomState(0)
     data = rng.normal(size=(7, 2)) * magnitude
     data[:, 1] += 3 * magnitude
@@ -182,7 +181,8 @@ def test_numeric_strings_are_numbers_and_other_strings_are_refused(estimator):
     np.testing.assert_array_equal(as_strings.predict(X), as_numbers.predict(X))
     words = y.astype(str).astype(object)
     words[3] = "three"
-    # Refused at validation (before this fix: a UFuncTypeError after sampling).
+    # Refused at validation, with a message naming the value, not deep in
+    # the fit.
     with pytest.raises(ValueError, match="y must be numeric.*three"):
         clone(estimator).fit(X, words)
 
@@ -192,10 +192,11 @@ def test_target_spread_whose_square_overflows_is_refused_with_its_column(estimat
     rng = np.random.RandomState(3)
     X = rng.normal(size=(20, 2))
     Y = rng.normal(size=(20, 2))
-    Y[0, 1] = 1e200  # before: NaN predictions (HMC) or +-inf (ensemble)
+    Y[0, 1] = 1e200  # its spread squared overflows
     with pytest.raises(ValueError, match="column 1 of y .* 2.18e\\+199, above"):
         clone(estimator).fit(X, Y)
-    # Before: the ensemble's noise precision in y's units divided by zero.
+    # A spread whose square underflows: the noise precision in y's units
+    # would divide by zero.
     tiny = rng.normal(size=20) * 1e-200
     sd = f"{exact_moments(tiny)[1]:.3g}"
     with pytest.raises(ValueError, match=f"column 0 of y .* {sd}, below"):
@@ -205,8 +206,8 @@ def test_target_spread_whose_square_overflows_is_refused_with_its_column(estimat
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 @pytest.mark.parametrize("estimator", REGRESSORS, ids=_ids)
 def test_input_column_with_a_huge_spread_is_used_not_dropped(estimator):
-    # Before: the column's sd overflowed to inf, its standardised values were 0
-    # and the fit ignored it.  Scaling an input changes nothing in a fit that
+    # The column's sd must not overflow to inf (standardised values 0, the
+    # input ignored).  Scaling an input changes nothing in a fit that
     # standardises, whatever the scale.
     rng = np.random.RandomState(4)
     X = rng.uniform(-2, 2, size=(30, 1))
@@ -222,8 +223,8 @@ def test_input_column_with_a_huge_spread_is_used_not_dropped(estimator):
 @pytest.mark.parametrize("value", [1e-6, -2.5e100, 0.0])
 @pytest.mark.parametrize("estimator", REGRESSORS, ids=_ids)
 def test_constant_target_is_predicted_with_a_spread_that_scales(estimator, value):
-    # Before: y = 1e-6 gave predictions of -5.6e-5 (HMC) and -3.5e-3 (ensemble)
-    # with sd 0.21 and 0.001, in the unit scale of a constant column.
+    # A constant target has no scale to standardise by: the predictions must
+    # be the constant, with a spread on its scale, not the unit scale.
     rng = np.random.RandomState(5)
     X = rng.normal(size=(30, 2))
     y = np.full(30, value)

@@ -324,7 +324,7 @@ def test_gaussian_form_trains_close_to_bipartite_form():
     assert abs(scores[0] - scores[2]) < 0.3
 
 
-# --- a drop-in in pipelines: held-out data outside [0, 1] (issue 16) ----------
+# --- a drop-in in pipelines: held-out data outside [0, 1] ---------------------
 
 
 def _digits_search(cls):
@@ -357,9 +357,10 @@ def _digits_search(cls):
 
 
 def test_grid_search_pipeline_with_min_max_scaler_on_digits():
-    # Issue 16: every candidate scored NaN because transform refused the
-    # held-out folds.  Measured: 0.403, 0.573, 0.720, 0.748 (BernoulliRBM in
-    # the same search 0.425, 0.548, 0.715, 0.738); chance is 0.1.
+    # MinMaxScaler without clip maps held-out folds a little outside [0, 1]:
+    # transform must accept them, so that every candidate gets a finite
+    # score.  Chance is 0.1; the bounds sit well below BernoulliRBM's scores
+    # in the same search, so only a broken transform fails them.
     scores = _digits_search(BetheRBM)
     assert scores.shape == (4,) and np.all(np.isfinite(scores))
     assert np.all(scores > 0.3) and scores.max() > 0.65
@@ -372,7 +373,7 @@ def test_grid_search_pipeline_scores_like_bernoulli_rbm():
     )
 
 
-# --- all-or-nothing fits (issue 21 item 5) -------------------------------------
+# --- all-or-nothing fits --------------------------------------------------------
 
 
 def _deep_state(model):
@@ -543,7 +544,7 @@ def test_partial_fit_turned_warning_into_error_leaves_the_state():
     _assert_same_state(model, before)
 
 
-# --- callbacks: a stop request (issue 21 item 9) and verbose -------------------
+# --- callbacks: a stop request and verbose --------------------------------------
 
 
 def _fitted_attributes(model):
@@ -692,7 +693,7 @@ def test_h_samples_sample_the_hidden_units_under_the_model():
     assert np.all(standard_error < 0.02)
 
 
-# --- the log Z of score_samples (issue 18) -------------------------------------
+# --- the log Z of score_samples -------------------------------------------------
 
 
 def test_small_models_are_scored_with_the_exact_log_partition():

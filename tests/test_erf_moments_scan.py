@@ -8,9 +8,8 @@ Gauss-Legendre rules split at every feature of the integrand) over arguments
 from 1e-300 to 1e3 in magnitude, of both signs, with variances from 0 to 1e3
 and correlations from -1 to 1.
 
-Issue 16: ``bvn_cdf`` took the sign agreement of ``h`` and ``k`` from
-``h * k > 0``, which underflows for ``|h k| < 1e-308`` and gave
-``E[erf^2] = -1`` for mean activations near 1e-170 (true value 1/3).
+Tiny arguments get their own tests: the sign agreement of ``h`` and ``k`` must
+not be taken from ``h * k > 0``, which underflows for ``|h k| < 1e-308``.
 """
 
 import mpmath as mp
@@ -175,7 +174,7 @@ def test_references_against_closed_forms_and_finer_rules():
 # -------------------------------------------------------------- the bug itself
 
 
-def test_issue_16_tiny_equal_means():
+def test_tiny_equal_means():
     # E[erf(a/sqrt 2)^2] for a ~ N(-1e-170, 1): (2 / pi) arcsin(1/2) = 1/3.
     J = erf_pair_moments(-1e-170, -1e-170, 1.0, 1.0, 1.0, order=0)
     assert J[0, 0] == pytest.approx(1.0 / 3.0, rel=1e-12)
@@ -185,8 +184,8 @@ def test_issue_16_tiny_equal_means():
 
 
 def test_subnormal_arguments_are_finite():
-    # Subnormal h made Owen's slopes 0 / 0 (NaN predictive std far from the
-    # data once the sign test was fixed).
+    # Subnormal h must not make Owen's slopes 0 / 0 (a NaN predictive std
+    # far from the data).
     tiny = np.array([5e-324, -5e-324, 1e-310, -0.0, 0.0])
     value = bvn_cdf(tiny[:, None], tiny[None, :], 0.9)
     assert np.all(np.isfinite(value))

@@ -53,7 +53,7 @@ def property_settings(max_examples):
 def data_sets(draw, estimator):
     n_samples = draw(st.integers(2, 40))
     n_features = draw(st.integers(1, 6))
-    # Ordinary scales mostly, and the extremes a double holds (issue 21).
+    # Ordinary scales mostly, and the extremes a double holds.
     log10_scale = draw(
         st.one_of(st.integers(-6, 6), st.sampled_from(EXTREME_LOG10_SCALES))
     )
@@ -165,9 +165,9 @@ def _scaled_data(estimator, x_scale, y_scale):
 @pytest.mark.parametrize("log10_x", [-300, -154, 154, 300])
 @pytest.mark.parametrize("estimator", ESTIMATORS, ids=_ids)
 def test_inputs_at_the_extremes_of_the_double_range(estimator, log10_x):
-    # Before: a column spread above 1e154 had an infinite scale (dropped), one
-    # below 1e-154 a zero scale (taken as constant); the regressors predicted
-    # NaN or inf.  Finite outputs, deterministic, or the documented refusal.
+    # A column spread above 1e154 has a square that overflows, one below
+    # 1e-154 a square that underflows: the scale must still be right.
+    # Finite outputs, deterministic, or the documented refusal.
     X, y = _scaled_data(estimator, 10.0**log10_x, 1.0)
     _run_property_check(estimator, X, y)
 

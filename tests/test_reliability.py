@@ -1,4 +1,4 @@
-"""Reliability under abuse (issue 9), run on every exported estimator.
+"""Reliability under abuse, run on every exported estimator.
 
 Estimators are found through ``sklearn_meanfield.__all__`` (via
 ``tests/test_common.py``), so a new estimator joins every test here as soon as

@@ -157,11 +157,11 @@ def _blas_threads():
 @pytest.mark.parametrize("covariance", ["full", "diag"])
 @pytest.mark.parametrize("policy", [1, 2])
 def test_restart_runs_on_the_package_blas_policy(monkeypatch, covariance, policy):
-    # One BLAS-thread policy (issue 19.5): a restart asks _parallel's
+    # One BLAS-thread policy for the package: a restart asks _parallel's
     # blas_threads_for_work for its largest factorisation (the k x k
     # precision for "full", none for "diag") and runs on that many threads,
     # never more than the caller has.  The policy is replaced by a constant
-    # here; before, a restart always ran on one thread.
+    # here, so that the test sees it followed.
     from sklearn_meanfield import _parallel
     from sklearn_meanfield.variational import regressor
 
@@ -241,7 +241,7 @@ def test_leave_one_out_error_close_to_brute_force_refits():
     assert psis.loo_error_ == pytest.approx(brute, rel=0.15)
 
 
-# ----------------------------------------------------------------- issue 16
+# ------------------------------------------ an honest bound on tiny data
 
 
 def _network_outputs(X1, w, n_hidden):
@@ -305,10 +305,11 @@ def _assert_honest_fit(model, X, y, n_draws=200_000):
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-def test_issue_16_six_point_fit_has_an_honest_bound():
-    # Mean weights shrank to ~1e-170 (and then to subnormals): E[erf^2] came
-    # out as -1, the "bound" was +2.2e6 on 6 points, alpha_ 5.9e4 with
-    # residuals ~3, and the predictive std 0.004 while sample_y spread by ~2.
+def test_six_point_fit_has_an_honest_bound():
+    # On 6 points the mean weights shrink towards subnormal values, where
+    # E[erf^2] and the bound must stay right: the closed-form bound within
+    # Monte Carlo error of its sampled value, the predictive sd that of
+    # sample_y, the noise no smaller than the residuals.
     X = np.array([[1.0], [3.0], [5.0], [6.0], [7.0], [8.0]])
     y = (X * np.sin(X)).ravel()
     model = EnsembleLearningRegressor(random_state=0).fit(X, y)
@@ -453,7 +454,8 @@ def test_scikit_learn_sample_weight_equivalence(covariance):
 
 @pytest.mark.parametrize("value", [1e-6, 1.0, -3e5, 1e300, 1e-140, 1e-300])
 def test_constant_target_predicts_the_constant(value):
-    # Issue 16: y = 1e-6 everywhere gave predictions of -3.5e-3 with std 0.001.
+    # A constant column of any magnitude has no scale to standardise by: the
+    # prediction must still be the constant, with a spread on its scale.
     X = np.random.RandomState(0).normal(size=(10, 2))
     y = np.full(10, value)
     model = _fit(X, y, hidden_layer_size=3)
@@ -474,8 +476,9 @@ def test_constant_target_predicts_the_constant(value):
 
 @pytest.mark.parametrize("scale", [1e300, 1e200, 1e100, 1e-100, 1e-200, 1e-300])
 def test_extreme_scales_are_finite_and_right_or_refused(scale):
-    # Issue 21: one y of 1e200 gave +-inf.  Either the fit is the unit-scale
-    # fit rescaled, or a ValueError names the problem; never NaN/inf.
+    # Squares of such scales overflow or underflow a double.  Either the fit
+    # is the unit-scale fit rescaled, or a ValueError names the problem;
+    # never NaN/inf.
     X, y = _sine(n=20, seed=5)
     reference = _fit(X, y, hidden_layer_size=2)
     ref_mean, ref_std = reference.predict(X, return_std=True)
@@ -522,9 +525,9 @@ def test_numeric_string_targets_are_converted_or_refused_up_front():
 
 
 def test_memory_guard_refuses_a_huge_fit_up_front():
-    # Issue 21: 8 hidden units on 5000 inputs is one 12 GiB matrix per copy
-    # (40016 weights); the fit ran for minutes at 13 GB.  Refused before any
-    # large allocation, naming the size and the families that would fit.
+    # 8 hidden units on 5000 inputs is one 12 GiB matrix per copy (40016
+    # weights).  Refused before any large allocation, naming the size and
+    # the families that would fit.
     import tracemalloc
 
     X = np.random.RandomState(0).normal(size=(20, 5000))
