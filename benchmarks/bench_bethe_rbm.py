@@ -1,46 +1,25 @@
 """BetheRBM against scikit-learn's BernoulliRBM: epoch time and held-out likelihood.
 
-Two problems, both built without network access: binarised digits (8 x 8 = 64
-visible units) and the same digits upsampled to 28 x 28 = 784 visible units
-with ``scipy.ndimage.zoom`` (bilinear) and binarised, an MNIST-sized input.
-1400 digits train, 397 are held out.  Both models use BernoulliRBM's defaults
-(``learning_rate=0.1``, ``batch_size=10``, ``n_iter=10``) and the same seed;
-BetheRBM its default ``method``.  For each problem, hidden-layer size and seed
-the two fits alternate in one process with one BLAS thread each
-(``OPENBLAS_NUM_THREADS=1``), so load on the machine hits both alike; the
-table prints the median ratio of their CPU times per epoch.
+Two problems: binarised digits (8 x 8 = 64 visible units) and the same digits
+upsampled to 28 x 28 = 784 visible units (``scipy.ndimage.zoom``, bilinear),
+an MNIST-sized input; 1400 digits train, 397 are held out.  Both models use
+BernoulliRBM's defaults and the same seed, BetheRBM its default ``method``.
+The two fits alternate in one process with one BLAS thread each, so that load
+on the machine hits both alike.
 
-Held-out log-likelihood, nats per digit (higher is better): exact by
-enumerating the hidden layer at 16 hidden units; above, annealed importance
-sampling (Salakhutdinov and Murray 2008) from the training digits' base rates,
-the same computation as
-``sklearn_meanfield.diagnostics.rbm_log_likelihood(model, X, method="ais")``
-(its ``log Z`` and standard error are read from the AIS run), with fewer
-temperatures at 784 visible units.  At 784 visible units AIS from the data's
-base rates misses modes of the trained models (by 10-14 nats on BetheRBM's),
-so there AIS also runs from base rates at the visible means of the 3 highest
-TAP fixed points (each run an unbiased estimate of ``Z``, as
-``bench_rbm_log_likelihood.py --mode-ais``), and the largest ``log Z`` of the
-four runs is used: the most conservative held-out log-likelihood.  Mean and
-spread (sample standard deviation) over 3 seeds; ``se`` is the largest AIS
-standard error.
+Columns: ``s/ep``, CPU seconds per training epoch, and ``ratio``, their median
+ratio BetheRBM / BernoulliRBM; ``logZ s``, the one-off ``log Z`` at the end of
+BetheRBM's ``fit``, and ``fit ratio``, the ratio of whole fits; the held-out
+log-likelihood in nats per digit (mean +- sample sd over 3 seeds), exact by
+enumeration at 16 hidden units, else annealed importance sampling from the
+training digits' base rates (as ``rbm_log_likelihood(model, X, method="ais")``;
+at 784 visible units also from the 3 highest TAP fixed points, the largest
+``log Z`` kept), ``se`` the largest AIS standard error.
 
-Time: ``s/ep`` is CPU seconds per epoch of training; BetheRBM's default
-``log_partition="auto"`` adds a one-off ``log Z`` at the end of ``fit`` (for
-``score_samples``), timed apart in ``logZ s``.  ``ratio`` is the epoch-time
-ratio BetheRBM / BernoulliRBM, ``fit ratio`` the ratio of whole fits, that
-one-off included (median over seeds).
-
-``--float32`` prints another table instead: both models given float32 data
-(BernoulliRBM then computes in float32), the median epoch-time ratio
-BetheRBM / BernoulliRBM on float32 data next to the same ratio on float64
-data (the four fits alternate), the dtype in which BetheRBM trains on float32
-data (detected: float32 once ``BetheRBM`` passes the data's dtype to the
-relaxed training epoch, float64 before), and the held-out log-likelihood of
-BetheRBM trained on float32 minus trained on float64 data, per seed (same
-AIS draws).  The training amplifies rounding differences (two float64 fits
-from initial weights 1e-8 apart drift as far apart), so that difference is to
-be read against the spread over seeds, not against zero.
+``--float32`` prints instead the epoch-time ratio on float32 and on float64
+data, the dtype BetheRBM trains in, and the held-out log-likelihood of the
+float32 fit minus the float64 fit per seed (to be read against the spread over
+seeds: training amplifies rounding).
 
 Run: ``python benchmarks/bench_bethe_rbm.py [--quick] [--method M] [--float32]``.
 """

@@ -2,50 +2,21 @@
 
 Data: ``make_friedman1`` (noise sd 1, n_train = 200 and 1000, 2000 test points)
 and ``load_diabetes`` (a fixed 75/25 split).  Peers: MLPRegressor,
-BayesianRidge, GaussianProcessRegressor (ARD RBF + white noise) and, when the
-package exports it, HMCNetworkRegressor; our estimator with full, low-rank and
-diagonal covariance.  Ratios are to the full-covariance row of each data set
-(RMSE and time: ratio; NLPD: difference, since it is a log score).
-
-NLPD is the mean negative log density of the test targets under each model's
-Gaussian predictive distribution; MLPRegressor has none, so it gets a Gaussian
-with the training residual sd (a plug-in, marked with *).
-
-Fit times are CPU seconds of one process (every model runs with n_jobs=1).
-
-Run: ``python benchmarks/bench_ensemble_learning.py [--quick] [--only NAME]``.
+BayesianRidge, GaussianProcessRegressor (ARD RBF + white noise) and
+HMCNetworkRegressor; our estimator with full, low-rank and diagonal
+covariance.  Ratios are to the full-covariance row of each data set (RMSE and
+time: ratio; NLPD: difference, since it is a log score).  NLPD is the mean
+negative log density of the test targets under each model's Gaussian
+predictive distribution; MLPRegressor has none, so it gets a Gaussian with the
+training residual sd (a plug-in, marked with *).  Fit times are CPU seconds of
+one process (every model runs with n_jobs=1).
 
 ``--scaling`` measures only the fit time as the data grow (friedman1, n = 500,
 2000 and 5000; the full mode ends with the same table): our defaults against
-MLPRegressor with its defaults and with ``max_iter=500``, wall and CPU seconds
-side by side in this process, as a user timing both estimators would see them.
+MLPRegressor, wall and CPU seconds side by side in this process.
 
-Measured (commit eb96bad, 2 cores shared by ~6 busy processes, so CPU times
-are inflated; MLPRegressor here runs max_iter=2000 -- with its defaults,
-max_iter=200, it takes 0.14 s at n=200 and reaches RMSE 4.29)::
-
-    data set         model        RMSE ratio    NLPD    diff   cpu s  ratio
-    friedman1 n=200  full        1.217  1.00   1.612  +0.000    2.29   1.00
-    friedman1 n=200  lowrank(4)  1.220  1.00   1.621  +0.009   47.01  20.51
-    friedman1 n=200  diag        1.297  1.07   1.677  +0.065    6.61   2.88
-    friedman1 n=200  MLP         2.376  1.95  4.320*  +2.708    1.85   0.81
-    friedman1 n=200  BayesRidge  2.723  2.24   2.423  +0.810    0.01   0.01
-    friedman1 n=200  GP          1.149  0.94   1.559  -0.053   25.52  11.14
-    friedman1 n=200  HMC         1.294  1.06   1.671  +0.059    3.25   1.42
-    friedman1 n=1000 full        1.056  1.00   1.474  +0.000    8.34   1.00
-    friedman1 n=1000 lowrank(4)  1.027  0.97   1.447  -0.027  295.52  35.42
-    friedman1 n=1000 diag        1.074  1.02   1.491  +0.017   53.08   6.36
-    friedman1 n=1000 MLP         1.297  1.23  2.723*  +1.249    4.76   0.57
-    friedman1 n=1000 BayesRidge  2.657  2.51   2.396  +0.922    0.07   0.01
-    friedman1 n=1000 GP          1.007  0.95   1.427  -0.047  198.91  23.84
-    friedman1 n=1000 HMC         1.061  1.00   1.476  +0.002    9.58   1.15
-    diabetes n=331   full       56.516  1.00   5.455  +0.000    2.57   1.00
-    diabetes n=331   lowrank(4) 57.164  1.01   5.469  +0.014   38.34  14.90
-    diabetes n=331   diag       57.118  1.01   5.467  +0.012    2.42   0.94
-    diabetes n=331   MLP        59.678  1.06  5.587*  +0.132    2.07   0.80
-    diabetes n=331   BayesRidge 56.408  1.00   5.453  -0.002    0.00   0.00
-    diabetes n=331   GP         56.804  1.01   5.467  +0.012   23.45   9.11
-    diabetes n=331   HMC        56.620  1.00   5.455  -0.000    4.25   1.65
+Run: ``python benchmarks/bench_ensemble_learning.py [--quick] [--only NAME]
+[--scaling]``.
 """
 
 import argparse
@@ -104,8 +75,8 @@ def models(quick, n_features):
         ),
     )
     if hasattr(sklearn_meanfield, "HMCNetworkRegressor"):
-        # A short run: 2 chains of 200 warm-up and 200 kept draws, of Neal's
-        # fixed-length HMC (the default before session 17, as measured).
+        # A short run: 2 chains of 200 warm-up and 200 kept draws of Neal's
+        # fixed-length HMC, a cost comparable to the other peers'.
         hmc = dict(
             hidden_layer_size=8,
             n_samples=50 if quick else 200,

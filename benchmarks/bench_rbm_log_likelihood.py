@@ -2,47 +2,23 @@
 
 BetheRBM (default method) and scikit-learn's BernoulliRBM are trained with the
 same settings (20 epochs, learning rate 0.05, batch 10, 1400 binarised training
-digits) at 16, 64 and 256 hidden units. For each model the table gives the mean
-held-out log-likelihood (397 digits, nats per digit) three ways: exact
-(enumeration of the hidden layer, 16 units only), annealed importance sampling
-(Salakhutdinov and Murray 2008, base rates of the training digits, 100 chains,
-10000 equally spaced temperatures; +- its standard error) and
-``BetheRBM.score_samples`` ("score", its default ``log_partition="auto"``:
-``log_partition_``, computed at the end of fit), with the errors against exact
-(or AIS) of ``score_samples`` and of the single persistent fixed point
-(``log_partition="single"``, what ``score_samples`` returned before; for
-BernoulliRBM's parameters the Bethe ``log Z`` of
-``sklearn_meanfield.diagnostics.rbm_log_partition(method="bethe")``), and the
-CPU times of AIS and of the default estimate ("auto CPU s"; for BernoulliRBM
-``estimate_log_partition`` from its chains and the same 20 training rows).
+digits) at 16, 64 and 256 hidden units.  For each model the table gives the
+mean held-out log-likelihood (397 digits, nats per digit) by enumeration (16
+units only), by annealed importance sampling (base rates of the training
+digits, 100 chains, 10000 temperatures, +- standard error) and by
+``BetheRBM.score_samples`` (``log_partition="auto"``); the errors against the
+exact or AIS value of ``score_samples``, of one fixed point
+(``log_partition="single"``, or ``rbm_log_partition(method="bethe")`` for
+BernoulliRBM), of the sum over fixed points reached from 30 model samples
+("multi"), the same with loop corrections ("m+l") and with 3 hidden units
+clamped ("bethe-multi", ``rbm_log_partition(method="bethe-multi")``); and
+the CPU times.  The table's caption explains every column.
 
-Three more estimates come from the distinct Bethe fixed points that message
-passing reaches from 30 starts seeded at samples of the model (20 Gibbs sweeps
-from uniform random states; ``sklearn_meanfield.bethe._multistate``): the sum of
-their Bethe partition functions ("multi"), and the same sum with each fixed
-point's loop correction ``-1/2 log det(I - B)`` ("m+l", multi+loop), and
-the same with 3 hidden units clamped ("bethe-multi", what
-``rbm_log_partition(method="bethe-multi")`` returns with its defaults), with
-the number of distinct fixed points and the CPU times.  ``--states`` lists
-every fixed point (Bethe ``log Z``, loop correction, stability, how many
-starts reached it, mean magnetisation), with the cold-start solution.
-
-``--upsampled`` trains on the digits upsampled to 28 x 28 (784 visible units,
-as ``bench_bethe_rbm.py``) with BernoulliRBM's defaults (10 epochs, learning
-rate 0.1), 64 and 256 hidden units, AIS with 50 chains and 3000
-temperatures, and skips the bipartite multi-state columns (30-40 s each).
-There AIS from the data's base rates misses modes of the model: it also runs
-from base rates at the means of the 3 highest TAP fixed points ("mode AIS",
-on by default there, ``--mode-ais`` elsewhere), each an unbiased estimate of
-``Z``, and the reference becomes the largest of the AIS estimates (a
-stochastic lower bound on ``log Z``).  Where the fixed points are separate
-modes (28 x 28: each run ends within 0.1 nat of its fixed point's TAP
-``log Z``) ``Z`` is rather the sum of the mode estimates: "mode lse" and the
-error against it, "lse err".
-
-``--exact-sweep`` instead measures the errors of the ``log Z`` estimates against
-enumeration on 18 models of 12, 16 and 20 hidden units (both estimators, three
-training seeds).
+``--states`` lists every fixed point; ``--upsampled`` trains on the digits
+upsampled to 28 x 28 with BernoulliRBM's defaults, where AIS also runs from
+the 3 highest TAP fixed points ("mode AIS"); ``--exact-sweep`` measures the
+errors of the ``log Z`` estimates against enumeration on models of 12 to 20
+hidden units.
 
 Run: ``python benchmarks/bench_rbm_log_likelihood.py [--quick] [--seeds N]
 [--states] [--upsampled] [--mode-ais] [--exact-sweep]``.

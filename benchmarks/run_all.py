@@ -99,27 +99,6 @@ def _version(name):
         return "not installed"
 
 
-def _git_commit():
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        return out + (" (with uncommitted changes)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def _blas():
     try:
         import numpy  # noqa: F401  (loads the BLAS threadpoolctl reports)
@@ -147,7 +126,7 @@ def machine():
         ("load average at start (1/5/15 min)", _load()),
         ("OS", platform.platform()),
         ("Python", platform.python_version()),
-        ("sklearn-meanfield", f"{sklearn_meanfield.__version__}, git {_git_commit()}"),
+        ("sklearn-meanfield", sklearn_meanfield.__version__),
     ]
     rows += [(name, _version(name)) for name in LIBRARIES]
     rows.append(("BLAS", _blas()))
@@ -164,7 +143,6 @@ def run_script(script, quick, timeout):
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
     load_before = _load()
     started = _now()
-    commit = _git_commit()
     start = time.perf_counter()
     process = subprocess.Popen(
         command,
@@ -189,7 +167,6 @@ def run_script(script, quick, timeout):
         "load_before": load_before,
         "load_after": _load(),
         "started": started,
-        "commit": commit,
     }
 
 
@@ -209,11 +186,34 @@ def load_previous(path, quick):
     if _DATA_START not in text:
         return []
     data = json.loads(text.split(_DATA_START, 1)[1].rsplit("-->", 1)[0])
-    return data["results"] if data.get("quick") == quick else []
+    if data.get("quick") != quick:
+        return []
+    # Only the keys this version writes (older reports held more).
+    keys = ("command", "output", "status", "seconds", "load_before", "load_after")
+    keys += ("started", "script", "estimator", "summary")
+    return [{k: r[k] for k in keys if k in r} for r in data["results"]]
 
 
 def render(results, quick, machine_rows, loaded, started):
-    """The Markdown report."""
+    """The Markdown report: header, machine, summary, one section per script.
+
+    Each script's section is headed ``## Estimator (script)`` and holds its
+    output in the first ``text`` code fence, where the documentation's
+    ``benchmark-table`` directive finds it.
+    """
+    lines = _header(results, quick, loaded, started)
+    lines += ["## Machine and versions", "", "| | |", "| --- | --- |"]
+    lines += [f"| {label} | {value} |" for label, value in machine_rows]
+    lines += _summary(results)
+    for r in results:
+        lines += _section(r)
+    data = json.dumps({"quick": quick, "results": results}, indent=1)
+    lines += ["", _DATA_START, data.replace("-->", "-- >"), "-->"]
+    return "\n".join(lines) + "\n"
+
+
+def _header(results, quick, loaded, started):
+    """Title, how the report was made and, if so, that the machine was busy."""
     mode = "quick (`--quick`)" if quick else "full"
     # Loaded if the machine was busy at the start or around any script.
     half = 0.5 * (os.cpu_count() or 1)
@@ -229,11 +229,10 @@ def render(results, quick, machine_rows, loaded, started):
         "Written by `python -m benchmarks"
         + (" --quick" if quick else "")
         + f"` ({mode} mode), last invocation started {started} UTC (each "
-        "script's own start time and commit are in the summary).  Every script "
-        "compares one "
-        "estimator with its scikit-learn peers on the same data in one process; "
-        "its own table follows verbatim, with its columns explained in its "
-        "description.",
+        "script's own start time is in the summary).  Every script compares "
+        "one estimator with its scikit-learn peers on the same data in one "
+        "process; its own table follows verbatim, with its columns explained "
+        "in its description.",
         "",
     ]
     if loaded:
@@ -244,13 +243,16 @@ def render(results, quick, machine_rows, loaded, started):
             "measured side by side in one process, are the meaningful numbers.",
             "",
         ]
-    lines += ["## Machine and versions", "", "| | |", "| --- | --- |"]
-    lines += [f"| {label} | {value} |" for label, value in machine_rows]
-    lines += [
+    return lines
+
+
+def _summary(results):
+    """One row per script: status, start time, wall time and load."""
+    lines = [
         "",
         "## Summary",
         "",
-        "| estimator | script | status | run at (UTC), commit | wall time "
+        "| estimator | script | status | run at (UTC) | wall time "
         "| 1-min load before / after |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
@@ -259,28 +261,29 @@ def render(results, quick, machine_rows, loaded, started):
         lines.append(
             f"| [{r['estimator']}](#{_anchor(_heading(r))}) | `{r['script']}` "
             f"| {r['status']} "
-            f"| {r.get('started', '?')}, {r.get('commit', '?')} "
+            f"| {r.get('started', '?')} "
             f"| {r['seconds']:.0f} s "
             f"| {before} / {after} |"
         )
-    for r in results:
-        lines += [
-            "",
-            f"## {_heading(r)}",
-            "",
-            f"Script `benchmarks/{r['script']}`: {r['summary']}",
-            "",
-            f"Command `{r['command']}`; {r['status']}; wall time {r['seconds']:.0f} s; "
-            f"load average (1/5/15 min) {r['load_before']} before, "
-            f"{r['load_after']} after.",
-            "",
-            "```text",
-            r["output"] or "(no output)",
-            "```",
-        ]
-    data = json.dumps({"quick": quick, "results": results}, indent=1)
-    lines += ["", _DATA_START, data.replace("-->", "-- >"), "-->"]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _section(r):
+    """A script's section: what it compares, how it ran, its output."""
+    return [
+        "",
+        f"## {_heading(r)}",
+        "",
+        f"Script `benchmarks/{r['script']}`: {r['summary']}",
+        "",
+        f"Command `{r['command']}`; {r['status']}; wall time {r['seconds']:.0f} s; "
+        f"load average (1/5/15 min) {r['load_before']} before, "
+        f"{r['load_after']} after.",
+        "",
+        "```text",
+        r["output"] or "(no output)",
+        "```",
+    ]
 
 
 def _heading(result):
