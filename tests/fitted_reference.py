@@ -21,7 +21,7 @@ carry a last-bit difference far (see ``doc/developers.rst``).
 The cases cover the code paths a refactor can reach: exact and weight-space
 perceptron, binary and multi-class GP classification with optimised kernels,
 learned label noise, the step likelihood, one-vs-one, short HMC chains with
-ARD and persistence, annealed and with replica exchange, the ensemble's full
+and without ARD, annealed and with adapted lengths, the ensemble's full
 and low-rank covariances, and the Bethe RBM's two message-passing methods.
 """
 
@@ -159,7 +159,7 @@ def _cases():
             ),
             *_friedman(),
         ),
-        "hmc_two_outputs_persistent": (
+        "hmc_two_outputs": (
             smf.HMCNetworkRegressor(
                 hidden_layer_size=3,
                 n_samples=20,
@@ -168,7 +168,6 @@ def _cases():
                 sampler="hmc",
                 gradient_dtype="float64",
                 n_leapfrog=10,
-                persistence=0.5,
                 ard=False,
                 n_chains=2,
                 random_state=1,
@@ -189,7 +188,7 @@ def _cases():
             ),
             *_friedman(),
         ),
-        "hmc_tempered_chees": (
+        "hmc_annealed_chees": (
             smf.HMCNetworkRegressor(
                 hidden_layer_size=3,
                 n_samples=20,
@@ -197,7 +196,6 @@ def _cases():
                 n_warmup=30,
                 sampler="chees",
                 n_leapfrog=10,
-                n_temperatures=3,
                 anneal_warmup=True,
                 n_chains=2,
                 random_state=3,

@@ -7,19 +7,19 @@ import warnings
 import numpy as np
 import pytest
 from hmc_targets import (
+    adaptive_hmc,
     assert_moments_within_monte_carlo_error,
     gaussian_target,
     script_rhat,
     small_network_posterior,
 )
 from joblib import parallel_config
-from scipy import integrate, optimize, stats
+from scipy import integrate, stats
 
 from sklearn_meanfield import HMCNetworkRegressor
 from sklearn_meanfield.hmc._chains import ChainRandom, ChainSettings, run_chains
 from sklearn_meanfield.hmc._sampler import (
     SplitTarget,
-    adaptive_hmc,
     chees_gradient,
     halton,
     hmc_step,
@@ -218,62 +218,6 @@ def test_chees_gradient_is_the_derivative_of_the_criterion():
     np.testing.assert_allclose(
         chees_gradient(q, end, velocity, m, t), numeric, rtol=1e-6
     )
-    # The rate's estimate is t d(criterion / t) / d log t.
-    numeric_rate = (
-        t
-        * (
-            criterion(t * np.exp(h)) / (t * np.exp(h))
-            - criterion(t * np.exp(-h)) / (t * np.exp(-h))
-        )
-        / (2 * h)
-    )
-    np.testing.assert_allclose(
-        chees_gradient(q, end, velocity, m, t, rate=True), numeric_rate, rtol=1e-6
-    )
-
-
-def _expected_vote(trajectory_length, n_dims, rate, n_draws=200_000):
-    """Mean normalised vote of ChEESAdaptation on a standard normal, by Monte
-    Carlo over the exact flow q(t) = q cos t + p sin t from stationarity,
-    centred on the true mean, jitter t = 2 h T with h uniform."""
-    rng = np.random.default_rng(11)
-    q, p = rng.normal(size=(2, n_draws, n_dims))
-    t = 2 * rng.uniform(size=n_draws) * trajectory_length
-    end = q * np.cos(t)[:, None] + p * np.sin(t)[:, None]
-    velocity = -q * np.sin(t)[:, None] + p * np.cos(t)[:, None]
-    new_sq, old_sq = np.sum(end**2, axis=1), np.sum(q**2, axis=1)
-    change = new_sq - old_sq
-    vote = t * change * np.sum(end * velocity, axis=1)
-    bound = t * (new_sq + old_sq) * np.sqrt(new_sq * np.sum(velocity**2, axis=1))
-    if rate:
-        vote, bound = vote - change**2 / 4, bound + (new_sq + old_sq) ** 2 / 4
-    return np.mean(vote / bound)
-
-
-def test_rate_adaptation_finds_the_root_of_its_expected_vote_on_a_gaussian():
-    # The ChEES rate of a standard normal, (1/2 - sin 4T / 8T) / T per
-    # dimension with this jitter, peaks at T = pi/4; the normalised votes
-    # put their root a little later.  Adapted from the first warm-up
-    # iteration, the chains' lengths end there, from a start of 1.
-    root = optimize.brentq(lambda T: _expected_vote(T, 20, rate=True), 0.5, 1.2)
-    assert 0.78 < root < 0.9
-    out = adaptive_hmc(
-        lambda q: (-0.5 * np.sum(q**2, axis=1), -q),
-        np.random.default_rng(0).normal(size=(64, 20)),
-        ChainRandom(range(64)),
-        n_warmup=400,
-        n_samples=10,
-        step_size=0.3,
-        target_accept=0.9,
-        rate_from=0,
-    )
-    assert abs(np.median(out.trajectory_length) / root - 1) < 0.1
-    assert np.percentile(out.trajectory_length, 90) < 1.5 * root
-    # ChEES's own votes, divided by a bound that holds the trajectory's
-    # duration, lose the restoring force of the ChEES optimum (1.12): their
-    # mean vanishes at multiples of pi/2 and is positive in between, like
-    # sin^2 2T, so that per-chain lengths drift to several times it.
-    assert all(_expected_vote(T, 20, rate=False) > 1e-3 for T in (1.2, 2.0, 2.5, 4.0))
 
 
 def test_halton_fills_the_unit_interval_evenly():
@@ -284,14 +228,11 @@ def test_halton_fills_the_unit_interval_evenly():
     np.testing.assert_array_equal(np.sort(values[:7]), np.arange(1, 8) / 8)
 
 
-@pytest.mark.parametrize("sampler", ["chees", "chees_rate"])
-def test_adaptive_chains_do_not_depend_on_their_batch(sampler):
+def test_adaptive_chains_do_not_depend_on_their_batch():
     # Each chain adapts its own trajectory length from its own trajectories:
     # alone or beside others, its draws are the same.
     posterior = small_network_posterior(30)
-    settings = ChainSettings(
-        n_samples=15, n_warmup=25, n_leapfrog=8, step_size=0.2, sampler=sampler
-    )
+    settings = ChainSettings(n_samples=15, n_warmup=25, n_leapfrog=8, sampler="chees")
     together = run_chains(posterior, [5, 6, 7], settings)
     alone = run_chains(posterior, [6], settings)
     np.testing.assert_array_equal(together.theta[:, 1], alone.theta[:, 0])
@@ -300,31 +241,6 @@ def test_adaptive_chains_do_not_depend_on_their_batch(sampler):
     # The trajectory lengths were adapted, and jittered per iteration.
     assert np.all(together.trajectory_length != 8 * 0.2)
     assert np.all(np.ptp(together.n_leapfrog, axis=0) > 0)
-
-
-def test_chees_rate_switches_after_the_fixed_precisions():
-    # The same chains with "chees" and "chees_rate" make the same first fifth
-    # of warm-up, then adapt their lengths by different votes.
-    posterior = small_network_posterior(30)
-    runs = {}
-    for sampler in ("chees", "chees_rate"):
-        settings = ChainSettings(
-            n_samples=10, n_warmup=25, n_leapfrog=8, step_size=0.2, sampler=sampler
-        )
-        lengths = []
-
-        def record(iteration, state, info, lengths=lengths):
-            lengths.append(info.n_leapfrog)
-
-        runs[sampler] = run_chains(posterior, [3, 4], settings, on_iteration=record)
-        runs[sampler + " steps"] = np.array(lengths)
-    assert ChainSettings(10, 25, 8, 0.2, sampler="chees_rate").rate_from == 5
-    steps, rate_steps = runs["chees steps"], runs["chees_rate steps"]
-    np.testing.assert_array_equal(steps[:6], rate_steps[:6])
-    assert np.any(steps[6:] != rate_steps[6:])
-    assert np.all(
-        runs["chees"].trajectory_length != runs["chees_rate"].trajectory_length
-    )
 
 
 SMALL = dict(hidden_layer_size=3, n_samples=12, n_warmup=20, n_leapfrog=6, n_chains=3)
@@ -455,7 +371,6 @@ SAMPLER_REMEDY = (
     "params, remedy",
     [
         (dict(sampler="hmc"), SAMPLER_REMEDY),
-        (dict(sampler="chees_rate"), SAMPLER_REMEDY),
         # Two steps at most: the mean length is pinned at its bound.
         (
             dict(sampler="chees", max_leapfrog=2),
@@ -503,13 +418,9 @@ def test_convergence_warning_names_one_remedy_from_the_settings(
 
 @pytest.mark.slow
 def test_adaptive_fit_converges_without_warning_on_friedman1():
-    # Measured with these settings (results do not depend on n_jobs): R-hat
-    # 1.011, smallest bulk ESS 335 against 1.022 and 122 for sampler="hmc",
-    # adapted mean lengths of 120-140 (about 300 leapfrog steps), test MSE
-    # 1.61 (noise variance 1).  With the redraws of hidden units (session
-    # 16) the smallest ESS is 446 with numpy's AVX-512 kernels and 199 with
-    # its AVX2 ones: a minimum over the 200 training predictions and 14 log
-    # precisions, which rounding moves that much.
+    # The smallest ESS is a minimum over 214 monitored quantities, which
+    # rounding in the BLAS and libm kernels moves by a factor of two: the
+    # bound asks for chains that mix, not for a number of draws.
     from sklearn.datasets import make_friedman1
 
     X, y = make_friedman1(n_samples=200, noise=1.0, random_state=0)
@@ -520,10 +431,9 @@ def test_adaptive_fit_converges_without_warning_on_friedman1():
         warnings.filterwarnings("ignore", message=".*divergent", category=Warning)
         model.fit(X, y)
     assert model.rhat_ < 1.05
-    # A divergence is a rare event whose occurrence depends on rounding: none
-    # with numpy's AVX2 kernels, 2 of the 4000 kept transitions (one chain)
-    # with its AVX-512 ones (R-hat 1.012 and 1.015).  A step size too large
-    # for the posterior diverges far more often.
+    # A divergence is a rare event whose occurrence depends on rounding; a
+    # step size too large for the posterior diverges far more often than
+    # once in a thousand transitions.
     assert np.sum(model.n_divergent_) <= 4
     assert model.ess_ > 150
     mean, std = model.predict(X_test, return_std=True)

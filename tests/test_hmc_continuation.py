@@ -162,9 +162,9 @@ def test_chains_are_continued_while_rhat_is_between_the_bounds(
     [
         (1, 2, {}),
         (2, 1, {}),
-        # Replicas and their exchange counts continue too.
-        (1, 2, {"n_temperatures": 2}),
-        (2, 4, {"n_temperatures": 3}),
+        # Adapted, jittered trajectory lengths continue too.
+        (1, 2, {"sampler": "chees"}),
+        (2, 4, {"sampler": "chees", "anneal_warmup": True}),
     ],
 )
 def test_continued_chains_equal_one_fit_with_as_many_draws(

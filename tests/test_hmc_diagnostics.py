@@ -6,8 +6,8 @@ from scipy import special, stats
 
 from sklearn_meanfield.hmc._diagnostics import (
     _RANK_BLOCK,
+    _ranked,
     effective_sample_size,
-    pooled_ranks,
     rank_normalize,
     rhat_and_bulk_ess,
     split_chains,
@@ -106,6 +106,12 @@ def test_constant_draws_do_not_produce_nan():
     rhat = split_rhat(draws)
     assert rhat[0] == pytest.approx(1.0) and rhat[1] > 1.05
     assert np.all(np.isfinite(effective_sample_size(draws[:, :, :1])))
+
+
+def pooled_ranks(values):
+    """Average ranks (ties sharing their mean rank) down every column, from
+    the ranking that :func:`rank_normalize` uses."""
+    return _ranked(values, lambda first_plus_last: 0.5 * first_plus_last + 1.0)
 
 
 def test_pooled_ranks_are_scipys_average_ranks():

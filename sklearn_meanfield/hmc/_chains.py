@@ -1,17 +1,18 @@
 """The driver of the network sampler: warm-up and sampling of a batch of chains.
 
 :func:`run_chains` advances several chains together as one array (the Python
-overhead of a leapfrog step is then shared) through
-:func:`~sklearn_meanfield.hmc._transition.transition`: warm-up with
+overhead of a leapfrog step is then shared) through the kernel
+:func:`~sklearn_meanfield.hmc._transition.transition`: warm-up with the
 adaptation (:class:`~sklearn_meanfield.hmc._transition.WarmupAdaptation`),
-then sampling, recording the draws, and an optional ``on_iteration`` callable
-that may ask to stop.  :func:`sample_chains` splits the chains into batches,
-runs them in parallel and joins their draws.  Every chain owns its random
-generator, seeded up front, so a chain's draws do not depend on which other
-chains share its batch, hence not on ``n_jobs``.  A run that was not stopped
-early returns a :class:`ChainCheckpoint`, from which a later run continues
-the same chains as if they had never stopped.  :class:`ChainProgress` is
-the ``on_iteration`` of a fit: progress lines and scikit-learn callback steps.
+then sampling with its frozen settings, recording the draws, and an optional
+``on_iteration`` callable that may ask to stop.  :func:`sample_chains` splits
+the chains into batches, runs them in parallel and joins their draws.  Every
+chain owns its random generator, seeded up front, so a chain's draws do not
+depend on which other chains share its batch, hence not on ``n_jobs``.  A run
+that was not stopped early returns a :class:`ChainCheckpoint`, from which a
+later run continues the same chains as if they had never stopped.
+:class:`ChainProgress` is the ``on_iteration`` of a fit: progress lines and
+scikit-learn callback steps.
 """
 
 import copy
@@ -23,9 +24,7 @@ from joblib import effective_n_jobs
 
 from .._parallel import run_parallel
 from .._progress import ProgressReporter
-from ._sampler import _resolve_estimator, metric_windows
-from ._tempering import ReplicaExchange
-from ._transition import WarmupAdaptation, transition
+from ._transition import FrozenTuning, WarmupAdaptation, transition
 
 __all__ = [
     "ChainCheckpoint",
@@ -36,7 +35,6 @@ __all__ = [
     "iteration_blocks",
     "join_draws",
     "max_batch_size",
-    "replica_groups",
     "run_chains",
     "sample_chains",
 ]
@@ -51,21 +49,18 @@ MIN_DRAWS = 4
 ANNEAL_START_ROWS = 10.0
 
 # A batch's hidden-unit activations (chains x rows x hidden units) take at
-# most this many bytes.  Measured on this project's 2-core machine (AMD EPYC,
-# one BLAS thread, 10 hidden units), the CPU time of a gradient per chain,
-# alone / two chains batched: in double precision 0.29 / 0.27 ms at 2000 rows,
-# 0.35 / 0.33 at 2500 (50,000 activations, 400 kB), 0.41 / 0.88 at 3000, 0.65
-# / 1.45 at 5000; in single precision 0.32 / 0.30 ms at 5000 rows (100,000
-# activations, 400 kB), 0.50 / 0.97 at 8000: past about 400 kB the batch's
-# arrays no longer fit the core's cache and batching doubles the cost.  Below
-# it, batching shares the Python overhead of a leapfrog step (0.075 ms per
-# chain alone, 0.037 four at a time, at 200 rows).
+# most this many bytes: past about 400 kB a batch's arrays leave the core's
+# cache, and two chains batched at 3000 rows cost 2.1 times one alone.
+# Below it, batching shares the Python overhead of a leapfrog step.
 BATCH_BYTES = 400_000
 
 # HMCNetworkRegressor(anneal_warmup="auto") anneals from this many rows (sum
-# of the sample weights) on: measured to pay from 2000 rows of friedman1 on,
-# to be no better at 1000 and to cost a little at 200-500 (user guide).
+# of the sample weights) on, where annealing was found to lower R-hat; on
+# fewer rows it helps some seeds and hurts others.
 ANNEAL_AUTO_ROWS = 2000.0
+
+# The step-size multiplier dual averaging starts from.
+INITIAL_STEP_SIZE = 0.2
 
 
 def iteration_blocks(n_warmup, n_samples):
@@ -129,12 +124,6 @@ class ChainRandom:
         random.generators = list(generators)
         return random
 
-    @classmethod
-    def child(cls, seeds, key):
-        """Generators independent of ``ChainRandom(seeds)``, one per chain:
-        chain ``c``'s from ``SeedSequence(seeds[c], spawn_key=(key,))``."""
-        return cls([np.random.SeedSequence(int(s), spawn_key=(key,)) for s in seeds])
-
     def standard_normal(self, size):
         return np.stack([g.standard_normal(size[1:]) for g in self.generators])
 
@@ -163,49 +152,31 @@ class ChainSettings:
         the first fifth of them; the step size and the rescaling moves adapt
         throughout.
     n_leapfrog : int
-        Leapfrog steps per trajectory.
-    step_size : float
+        Leapfrog steps per trajectory with ``"hmc"``; the initial mean length
+        with ``"chees"``.
+    step_size : float, default=INITIAL_STEP_SIZE
         Initial step-size multiplier.
-    persistence : float in [0, 1), default=0.0
-        Momentum persistence of the partial refresh.
     target_accept : float, default=0.8
         Acceptance the step size is adapted to.
-    sampler : {"hmc", "chees", "chees_rate"}, default="hmc"
+    sampler : {"hmc", "chees"}, default="hmc"
         ``"hmc"``: every trajectory has ``n_leapfrog`` steps (Neal).
         ``"chees"``: the mean trajectory length of each chain adapts in
         warm-up (ChEES), starting from ``n_leapfrog`` steps, and every
-        trajectory's length is jittered.  ``"chees_rate"``: the same, by
-        the ChEES rate from :attr:`rate_from` on.
+        trajectory's length is jittered.
     max_leapfrog : int, default=1000
-        Most leapfrog steps of one trajectory with ``"chees"`` or
-        ``"chees_rate"``.
-    adapt_mass_matrix : bool or {"variance", "fisher"}, default=False
-        Adapt a diagonal metric (factors on Neal's step scales) in Stan's
-        windows over the warm-up iterations after the fixed-precision ones
-        and the annealing (:meth:`metric_windows`), with the estimator named
-        (:class:`~sklearn_meanfield.hmc._sampler.MassMatrixAdaptation`;
-        True: ``"fisher"``).
+        Most leapfrog steps of one trajectory with ``"chees"``.
     anneal : bool, default=False
         Anneal the likelihood during warm-up (:meth:`inverse_temperature`).
-    inverse_temperatures : tuple of float, default=(1.0,)
-        With more than one, every chain runs a replica at each of these
-        powers of the likelihood (decreasing, the first 1), which exchange
-        states after every iteration
-        (:class:`~sklearn_meanfield.hmc._tempering.ReplicaExchange`); the
-        draws are those of the first.
     """
 
     n_samples: int
     n_warmup: int
     n_leapfrog: int
-    step_size: float
-    persistence: float = 0.0
+    step_size: float = INITIAL_STEP_SIZE
     target_accept: float = 0.8
     sampler: str = "hmc"
     max_leapfrog: int = 1000
-    adapt_mass_matrix: object = False
     anneal: bool = False
-    inverse_temperatures: tuple = (1.0,)
 
     @property
     def n_fixed(self):
@@ -222,7 +193,7 @@ class ChainSettings:
         Examples
         --------
         >>> from sklearn_meanfield.hmc._chains import ChainSettings
-        >>> ChainSettings(1000, 500, 100, 0.2, anneal=True).anneal_window
+        >>> ChainSettings(1000, 500, 100, anneal=True).anneal_window
         (100, 300)
         """
         start = self.n_fixed
@@ -238,14 +209,13 @@ class ChainSettings:
         posterior itself.  A slow cooling lets every chain settle into the
         network configurations the data favour, where a chain started cold
         stays in the first configuration it fits (simulated annealing,
-        Kirkpatrick, Gelatt and Vecchi 1983; measurements in the user
-        guide).  Warm-up draws are discarded, so the draws still follow the
-        posterior.
+        Kirkpatrick, Gelatt and Vecchi 1983).  Warm-up draws are discarded,
+        so the draws still follow the posterior.
 
         Examples
         --------
         >>> from sklearn_meanfield.hmc._chains import ChainSettings
-        >>> settings = ChainSettings(1000, 500, 100, 0.2, anneal=True)
+        >>> settings = ChainSettings(1000, 500, 100, anneal=True)
         >>> [round(settings.inverse_temperature(i, 1000), 3)
         ...  for i in (99, 100, 200, 299, 300)]
         [1.0, 0.01, 0.1, 0.977, 1.0]
@@ -257,56 +227,6 @@ class ChainSettings:
             return 1.0
         initial = ANNEAL_START_ROWS / n_weighted
         return float(initial ** ((end - iteration) / (end - start)))
-
-    @property
-    def rate_from(self):
-        """Warm-up iteration from which ``"chees_rate"`` lengths follow the ChEES rate.
-
-        The end of the first fifth of warm-up (the iterations with fixed
-        precisions); None for the other samplers.  ChEES before it lets the
-        lengths grow while the chains leave their start; its rate after it
-        shortens them where that costs nothing in the squared distances
-        moved (:class:`~sklearn_meanfield.hmc._sampler.ChEESAdaptation`).
-
-        Examples
-        --------
-        >>> from sklearn_meanfield.hmc._chains import ChainSettings
-        >>> ChainSettings(1000, 500, 100, 0.2, sampler="chees_rate").rate_from
-        100
-        >>> ChainSettings(1000, 500, 100, 0.2, sampler="chees").rate_from is None
-        True
-        """
-        if self.sampler != "chees_rate":
-            return None
-        return self.n_fixed
-
-    @property
-    def metric_estimator(self):
-        """The metric's estimator, ``"variance"`` or ``"fisher"``, or None."""
-        return _resolve_estimator(self.adapt_mass_matrix)
-
-    def metric_windows(self):
-        """Slow windows of the metric adaptation, in warm-up iterations, or None.
-
-        Stan's windows (:func:`~sklearn_meanfield.hmc._sampler.metric_windows`)
-        over the iterations after the first fifth, in which the precisions
-        are held fixed, and after the annealing: the weights' spread is only
-        that of the posterior once the precisions move and the likelihood
-        has its full weight.
-
-        Examples
-        --------
-        >>> from sklearn_meanfield.hmc._chains import ChainSettings
-        >>> ChainSettings(1000, 500, 100, 0.2, adapt_mass_matrix=True).metric_windows()
-        [(175, 200), (200, 250), (250, 450)]
-        """
-        if self.metric_estimator is None:
-            return None
-        first = self.anneal_window[1]
-        return [
-            (start + first, end + first)
-            for start, end in metric_windows(self.n_warmup - first)
-        ]
 
 
 def _rows(record, index):
@@ -337,76 +257,37 @@ def _stacked(records):
     return type(records[0])(*(stacked(values) for values in zip(*records)))
 
 
-def replica_groups(n_temperatures, n_chains, max_rows):
-    """The replicas whose transitions run as one batch, in order.
-
-    Consecutive replicas, as many as keep ``n_chains`` times their number
-    within ``max_rows`` (:func:`max_batch_size`), one at least: the
-    transitions of several replicas of a small data set then share the
-    Python overhead of every leapfrog step, and those of a large one stay
-    within the cache.
-
-    Examples
-    --------
-    >>> from sklearn_meanfield.hmc._chains import replica_groups
-    >>> replica_groups(8, 2, 25)
-    [[0, 1, 2, 3, 4, 5, 6, 7]]
-    >>> replica_groups(5, 2, 5)
-    [[0, 1], [2, 3], [4]]
-    """
-    per_group = max(1, max_rows // max(n_chains, 1))
-    replicas = list(range(n_temperatures))
-    return [replicas[i : i + per_group] for i in range(0, n_temperatures, per_group)]
-
-
 class ChainCheckpoint(NamedTuple):
     """Where a run of chains stopped: enough to continue them draw for draw.
 
-    The chains are on the first axis of every array, and every list holds one
-    item per chain, so a checkpoint splits into batches of any size
+    The chains are on the first axis of every array, and the generators hold
+    one item per chain, so a checkpoint splits into batches of any size
     (:meth:`take`) and batches join again (:meth:`join`).
     """
 
     n_iterations: int
     """Iterations every chain has run, warm-up included."""
-    states: tuple
-    """One :class:`~sklearn_meanfield.hmc._transition.ChainState` per replica."""
-    tunings: tuple
-    """One frozen :class:`~sklearn_meanfield.hmc._transition.FrozenTuning` per
-    replica."""
-    generators: tuple
-    """Per replica, the list of the chains' generators."""
-    exchange_generators: list = None
-    """The chains' generators of the replica exchanges (None with one
-    temperature)."""
-    exchange_counts: tuple = None
-    """Exchanges proposed and accepted after warm-up, two arrays of shape
-    (n_chains, n_temperatures - 1), or None."""
+    state: object
+    """The chains' :class:`~sklearn_meanfield.hmc._transition.ChainState`."""
+    tuning: FrozenTuning
+    """What warm-up adapted, frozen."""
+    generators: list
+    """The chains' generators."""
 
     @property
     def n_chains(self):
-        return len(self.generators[0])
+        return len(self.generators)
 
     def take(self, chains):
         """The checkpoint of the chains ``chains`` (an index array), with
         copies of their generators, so that continuing them leaves this one
         as it is."""
         chains = np.asarray(chains, dtype=int)
-
-        def generators(items):
-            return [copy.deepcopy(items[c]) for c in chains]
-
         return ChainCheckpoint(
             self.n_iterations,
-            tuple(_rows(state, chains) for state in self.states),
-            tuple(_rows(tuning, chains) for tuning in self.tunings),
-            tuple(generators(items) for items in self.generators),
-            None
-            if self.exchange_generators is None
-            else generators(self.exchange_generators),
-            None
-            if self.exchange_counts is None
-            else tuple(counts[chains] for counts in self.exchange_counts),
+            _rows(self.state, chains),
+            _rows(self.tuning, chains),
+            [copy.deepcopy(self.generators[c]) for c in chains],
         )
 
     @classmethod
@@ -415,26 +296,11 @@ class ChainCheckpoint(NamedTuple):
         first = checkpoints[0]
         if any(c.n_iterations != first.n_iterations for c in checkpoints):
             raise ValueError("batches that ran different numbers of iterations")
-
-        def replicas(field):
-            return tuple(zip(*(getattr(c, field) for c in checkpoints)))
-
         return cls(
             first.n_iterations,
-            tuple(_stacked(states) for states in replicas("states")),
-            tuple(_stacked(tunings) for tunings in replicas("tunings")),
-            tuple(
-                [g for batch in generators for g in batch]
-                for generators in replicas("generators")
-            ),
-            None
-            if first.exchange_generators is None
-            else [g for c in checkpoints for g in c.exchange_generators],
-            None
-            if first.exchange_counts is None
-            else tuple(
-                np.concatenate(counts) for counts in replicas("exchange_counts")
-            ),
+            _stacked([c.state for c in checkpoints]),
+            _stacked([c.tuning for c in checkpoints]),
+            [g for c in checkpoints for g in c.generators],
         )
 
 
@@ -472,12 +338,6 @@ class ChainDraws(NamedTuple):
     trajectory_length: np.ndarray = None
     """The (adapted) mean trajectory duration, (n_chains,): ``n_leapfrog``
     times the step-size multiplier for ``"hmc"``."""
-    metric: np.ndarray = None
-    """The adapted diagonal metric as factors on Neal's step scales,
-    (n_chains, n_params); ones when not adapted."""
-    exchange_rate: np.ndarray = None
-    """Acceptance of the replica exchanges after warm-up between neighbouring
-    temperatures, (n_chains, n_temperatures - 1); None with one temperature."""
     checkpoint: ChainCheckpoint = None
     """Where the chains ended, to continue them; None when a stop request
     ended them early."""
@@ -493,8 +353,7 @@ def join_draws(earlier, later, train_outputs=None):
         (the acceptance counts then come from ``accept_rate``).
     later : ChainDraws
         The draws of the run resumed from ``earlier.checkpoint``: its frozen
-        settings, exchange rates (counted from the end of warm-up) and
-        checkpoint are those of the joined run.
+        settings and checkpoint are those of the joined run.
     train_outputs : ndarray or None, default=None
         The network outputs of all the draws, when the caller has them in one
         array already (saves a copy of the largest array of a fit).
@@ -593,15 +452,7 @@ class _DrawRecorder:
         self.draws.store(draw, state, info)
         self.train_outputs[draw] = self.posterior.train_outputs(state.theta)
 
-    def result(
-        self,
-        n_iterations,
-        step_size,
-        trajectory_length,
-        metric,
-        exchange_rate=None,
-        checkpoint=None,
-    ):
+    def result(self, n_iterations, step_size, trajectory_length, checkpoint=None):
         """The draws after ``n_iterations`` iterations (those of this run)."""
         stopped_in_warmup = n_iterations <= self.n_warmup
         if stopped_in_warmup:
@@ -627,8 +478,6 @@ class _DrawRecorder:
             n_leapfrog=trace.n_leapfrog,
             energy_error=trace.energy_error,
             trajectory_length=trajectory_length,
-            metric=metric,
-            exchange_rate=exchange_rate,
             checkpoint=checkpoint,
         )
 
@@ -646,287 +495,6 @@ def _stop_now(iteration, settings):
     n_done, n_drawn = iteration + 1, iteration + 1 - settings.n_warmup
     at_block_end = n_done % block_size == 0 or n_drawn == settings.n_samples
     return at_block_end and MIN_DRAWS <= n_drawn < settings.n_samples
-
-
-def run_chains(posterior, seeds, settings, on_iteration=None, resume=None):
-    """Run a batch of chains: warm-up with adaptation, then sampling.
-
-    Warm-up follows Neal's practice: the precisions stay at their prior means
-    (the noise at a low level) for the first fifth of it while the weights
-    find the data; then every iteration is a Gibbs step of the precisions, the
-    rescaling moves and an HMC trajectory
-    (:func:`~sklearn_meanfield.hmc._transition.transition`).  The step size
-    and the rescaling moves adapt during warm-up and are frozen afterwards;
-    with ``settings.sampler`` ``"chees"`` or ``"chees_rate"`` so does each
-    chain's trajectory length, and every iteration's number of leapfrog
-    steps is jittered
-    (:meth:`~sklearn_meanfield.hmc._transition.WarmupAdaptation.n_leapfrog`);
-    with ``settings.adapt_mass_matrix`` so does a diagonal metric, in
-    Stan's windows (:meth:`ChainSettings.metric_windows`).  With more than one
-    of ``settings.inverse_temperatures`` every chain runs a replica at each,
-    with its own generator and adaptation, and after every iteration from
-    the first that moves the precisions neighbouring replicas propose to
-    exchange states (:class:`~sklearn_meanfield.hmc._tempering.ReplicaExchange`);
-    replica 0, at the posterior itself, keeps the chain's generator and is
-    the one recorded.
-
-    Parameters
-    ----------
-    posterior : NetworkPosterior
-    seeds : sequence of int
-        One seed per chain.
-    settings : ChainSettings
-    on_iteration : callable or None, default=None
-        ``on_iteration(iteration, state, info)`` after every iteration, with
-        the :class:`~sklearn_meanfield.hmc._transition.ChainState` and
-        :class:`~sklearn_meanfield.hmc._transition.ChainInfo`; a true return
-        value asks to stop.  A request during warm-up ends the batch at once
-        (once ``MIN_DRAWS`` states exist): the last ``MIN_DRAWS`` warm-up
-        states become the draws and ``stopped_in_warmup`` says so.  A request
-        while sampling ends it at the end of the first block of iterations
-        (:func:`iteration_blocks`) that leaves every chain ``MIN_DRAWS``
-        draws or more.
-    resume : ChainCheckpoint or None, default=None
-        The checkpoint of an earlier run of these chains with the same
-        posterior and settings but fewer ``n_samples``, which this run
-        continues (used, not copied: pass :meth:`ChainCheckpoint.take`'s
-        copy to keep it): the chains then draw what one run with
-        ``settings.n_samples`` would have drawn after that point, and only
-        these new draws are returned.
-
-    Returns
-    -------
-    draws : ChainDraws
-        ``n_kept`` is ``n_samples`` (less the draws of ``resume``) unless a
-        stop was asked for; ``checkpoint`` is where the chains ended, None
-        when a stop ended them early.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_meanfield.hmc._chains import ChainSettings, run_chains
-    >>> from sklearn_meanfield.hmc._network import HyperPrior, NetworkLayout
-    >>> from sklearn_meanfield.hmc._transition import NetworkPosterior
-    >>> rng = np.random.default_rng(0)
-    >>> X = rng.normal(size=(30, 1))
-    >>> Y = np.tanh(X) + 0.1 * rng.normal(size=(30, 1))
-    >>> posterior = NetworkPosterior((X - X.mean()) / X.std(),
-    ...     (Y - Y.mean()) / Y.std(), NetworkLayout(1, 3, 1), HyperPrior())
-    >>> settings = ChainSettings(n_samples=40, n_warmup=40, n_leapfrog=10,
-    ...                          step_size=0.2)
-    >>> out = run_chains(posterior, [0, 1], settings)
-    >>> out.theta.shape, out.train_outputs.shape
-    ((40, 2, 10), (40, 2, 30, 1))
-    >>> bool(np.all(out.accept_rate > 0.5))
-    True
-    """
-    ladder = np.asarray(settings.inverse_temperatures, dtype=float)
-    n_chains = len(seeds)
-    replica_posteriors = _replica_posteriors(posterior, ladder, n_chains)
-    if resume is None:
-        start, n_drawn = 0, 0
-        # Replica 0 keeps the chains' own generators: one temperature is the
-        # plain sampler, draw for draw.
-        randoms = [ChainRandom(seeds)] + [
-            ChainRandom.child(seeds, k) for k in range(1, len(ladder))
-        ]
-        exchange = (
-            None
-            if len(ladder) == 1
-            else ReplicaExchange(
-                posterior, ladder, ChainRandom.child(seeds, 0), settings.n_warmup
-            )
-        )
-        states = [
-            replica.initial_state(random, n_chains)
-            for replica, random in zip(replica_posteriors, randoms)
-        ]
-        adaptations = [
-            WarmupAdaptation(
-                posterior.layout,
-                n_chains,
-                step_size=settings.step_size,
-                target_accept=settings.target_accept,
-                trajectory_length=(
-                    settings.n_leapfrog * settings.step_size
-                    if settings.sampler != "hmc"
-                    else None
-                ),
-                max_leapfrog=settings.max_leapfrog,
-                metric_windows=settings.metric_windows(),
-                metric_estimator=settings.metric_estimator or "variance",
-                rate_from=settings.rate_from,
-            )
-            for _ in ladder
-        ]
-    else:
-        start = resume.n_iterations
-        n_drawn = start - settings.n_warmup
-        if n_drawn < 0 or resume.n_chains != n_chains:
-            raise ValueError("the checkpoint is not of these chains after warm-up")
-        randoms = [ChainRandom.from_generators(g) for g in resume.generators]
-        states = list(resume.states)
-        adaptations = [
-            WarmupAdaptation.from_frozen(
-                posterior.layout, tuning, settings.max_leapfrog
-            )
-            for tuning in resume.tunings
-        ]
-        exchange = None
-        if len(ladder) > 1:
-            exchange = ReplicaExchange(
-                posterior,
-                ladder,
-                ChainRandom.from_generators(resume.exchange_generators),
-                settings.n_warmup,
-            )
-            exchange.n_proposed, exchange.n_accepted = (
-                np.array(counts, dtype=float) for counts in resume.exchange_counts
-            )
-    recorder = _DrawRecorder(posterior, n_chains, settings, n_drawn)
-    groups = replica_groups(
-        len(ladder),
-        n_chains,
-        max_batch_size(
-            posterior.X.shape[0],
-            posterior.layout,
-            np.dtype(posterior.gradient_dtype).itemsize,
-        ),
-    )
-    stop, n_warmup = False, settings.n_warmup
-    n_iterations = n_warmup + settings.n_samples
-    anneal_end = settings.anneal_window[1]
-    iteration = start - 1
-    for iteration in range(start, n_iterations):
-        power = settings.inverse_temperature(iteration, posterior.n_weighted)
-        posteriors = (
-            replica_posteriors
-            if power == 1.0
-            else _replica_posteriors(posterior, power * ladder, n_chains)
-        )
-        infos = [None] * len(ladder)
-        for group in groups:
-            _grouped_transition(
-                group,
-                states,
-                infos,
-                posteriors,
-                adaptations,
-                randoms,
-                n_leapfrog=[
-                    adaptations[k].n_leapfrog(iteration, settings.n_leapfrog)
-                    for k in group
-                ],
-                persistence=settings.persistence,
-                update_precisions=iteration >= settings.n_fixed,
-            )
-        for k, adaptation in enumerate(adaptations):
-            info = infos[k]
-            if iteration < n_warmup:
-                adaptation.update(info, states[k])
-                if iteration == anneal_end - 1 and anneal_end > settings.n_fixed:
-                    # The step sizes of the tempered posteriors say little
-                    # about the posterior's: dual averaging starts afresh.
-                    adaptation.restart_step_size()
-                if iteration == n_warmup - 1:
-                    adaptation.freeze()
-        if exchange is not None and iteration >= settings.n_fixed:
-            states = exchange(iteration, states, posteriors, power)
-        state, info = states[0], infos[0]
-        recorder.record(iteration, state, info)
-        if stop and iteration < n_warmup and _stop_now(iteration, settings):
-            break  # asked for earlier in warm-up, before MIN_DRAWS states
-        if on_iteration is not None:
-            stop |= bool(on_iteration(iteration, state, info))
-        if stop and _stop_now(iteration, settings):
-            break
-    checkpoint = None
-    if iteration + 1 == n_iterations and n_iterations > n_warmup:
-        checkpoint = ChainCheckpoint(
-            n_iterations,
-            tuple(states),
-            tuple(adaptation.frozen_tuning() for adaptation in adaptations),
-            tuple(random.generators for random in randoms),
-            None if exchange is None else exchange.random_state.generators,
-            None if exchange is None else (exchange.n_proposed, exchange.n_accepted),
-        )
-    adaptation = adaptations[0]
-    step_size = np.exp(adaptation.log_step_size)
-    tuning = adaptation.tuning()
-    trajectory_length = (
-        settings.n_leapfrog * step_size
-        if tuning.trajectory_length is None
-        else tuning.trajectory_length
-    )
-    return recorder.result(
-        iteration + 1,
-        step_size,
-        trajectory_length,
-        adaptation.metric_factor(),
-        exchange_rate=None if exchange is None else exchange.rates,
-        checkpoint=checkpoint,
-    )
-
-
-def _replica_posteriors(posterior, inverse_temperatures, n_chains):
-    """The replicas' tempered posteriors, a power per chain (the form rows of
-    a batch share, :func:`_grouped_transition`)."""
-    if len(inverse_temperatures) == 1 and inverse_temperatures[0] == 1.0:
-        return [posterior]  # the plain sampler after its annealing
-    return [
-        posterior.tempered(np.full(n_chains, beta)) for beta in inverse_temperatures
-    ]
-
-
-def _grouped_transition(
-    group,
-    states,
-    infos,
-    posteriors,
-    adaptations,
-    randoms,
-    *,
-    n_leapfrog,
-    **options,
-):
-    """One transition of the replicas ``group`` as one batch of rows.
-
-    ``states[k]`` and ``infos[k]`` of every replica ``k`` of the group are
-    replaced with its new state and what its transition did.  The rows of
-    replica ``k`` keep its generators, tuning and power of the likelihood
-    (its posterior's per-chain ``inverse_temperature``), so that every row
-    draws what its replica alone would (the network's matrix products are
-    one per row).
-    """
-    if len(group) == 1:
-        (k,) = group
-        states[k], infos[k] = transition(
-            states[k],
-            posteriors[k],
-            adaptations[k].tuning(),
-            randoms[k],
-            n_leapfrog=n_leapfrog[0],
-            **options,
-        )
-        return
-    n_chains = states[group[0]].theta.shape[0]
-    if all(np.ndim(steps) == 0 for steps in n_leapfrog):
-        steps = n_leapfrog[0]  # the fixed length of every replica
-    else:
-        steps = np.concatenate([np.broadcast_to(s, (n_chains,)) for s in n_leapfrog])
-    state, info = transition(
-        _stacked([states[k] for k in group]),
-        posteriors[group[0]].tempered(
-            np.concatenate([posteriors[k].inverse_temperature for k in group])
-        ),
-        _stacked([adaptations[k].tuning() for k in group]),
-        ChainRandom.from_generators([g for k in group for g in randoms[k].generators]),
-        n_leapfrog=steps,
-        **options,
-    )
-    for i, k in enumerate(group):
-        rows = slice(i * n_chains, (i + 1) * n_chains)
-        states[k], infos[k] = _rows(state, rows), _rows(info, rows)
 
 
 class ChainProgress:
@@ -1014,6 +582,172 @@ class ChainProgress:
         return False
 
 
+def _fresh_chains(posterior, seeds, settings):
+    """New chains: their generators, initial states and warm-up adaptation."""
+    random = ChainRandom(seeds)
+    state = posterior.initial_state(random, len(seeds))
+    adaptation = WarmupAdaptation(
+        posterior.layout,
+        len(seeds),
+        step_size=settings.step_size,
+        target_accept=settings.target_accept,
+        trajectory_length=(
+            settings.n_leapfrog * settings.step_size
+            if settings.sampler != "hmc"
+            else None
+        ),
+        max_leapfrog=settings.max_leapfrog,
+    )
+    return random, state, adaptation
+
+
+def _warmup_iteration(iteration, state, posterior, adaptation, random, settings):
+    """One warm-up iteration of the kernel, then the adaptation's update.
+
+    The likelihood is tempered through the annealing window, and dual
+    averaging restarts when the annealing ends: the step sizes of the
+    tempered posteriors say little about the posterior's.
+    """
+    power = settings.inverse_temperature(iteration, posterior.n_weighted)
+    state, info = transition(
+        state,
+        posterior.tempered(power),
+        adaptation.tuning(),
+        random,
+        n_leapfrog=adaptation.n_leapfrog(iteration, settings.n_leapfrog),
+        update_precisions=iteration >= settings.n_fixed,
+    )
+    adaptation.update(info, state)
+    anneal_end = settings.anneal_window[1]
+    if iteration == anneal_end - 1 and anneal_end > settings.n_fixed:
+        adaptation.restart_step_size()
+    return state, info
+
+
+def _sampling_iteration(iteration, state, posterior, frozen, random, settings):
+    """One iteration of the kernel with the frozen settings."""
+    return transition(
+        state,
+        posterior,
+        frozen.tuning(),
+        random,
+        n_leapfrog=frozen.n_leapfrog(
+            iteration, settings.n_leapfrog, settings.max_leapfrog
+        ),
+    )
+
+
+def run_chains(posterior, seeds, settings, on_iteration=None, resume=None):
+    """Run a batch of chains: warm-up with adaptation, then sampling.
+
+    Warm-up follows Neal's practice: the precisions stay at their prior means
+    (the noise at a low level) for the first fifth of it while the weights
+    find the data; then every iteration is a Gibbs step of the precisions, the
+    rescaling moves and an HMC trajectory
+    (:func:`~sklearn_meanfield.hmc._transition.transition`).  The step size,
+    the rescaling moves and, with ``settings.sampler="chees"``, each chain's
+    trajectory length adapt during warm-up
+    (:class:`~sklearn_meanfield.hmc._transition.WarmupAdaptation`) and are
+    frozen afterwards.
+
+    Parameters
+    ----------
+    posterior : NetworkPosterior
+    seeds : sequence of int
+        One seed per chain.
+    settings : ChainSettings
+    on_iteration : callable or None, default=None
+        ``on_iteration(iteration, state, info)`` after every iteration, with
+        the :class:`~sklearn_meanfield.hmc._transition.ChainState` and
+        :class:`~sklearn_meanfield.hmc._transition.ChainInfo`; a true return
+        value asks to stop.  A request during warm-up ends the batch at once
+        (once ``MIN_DRAWS`` states exist): the last ``MIN_DRAWS`` warm-up
+        states become the draws and ``stopped_in_warmup`` says so.  A request
+        while sampling ends it at the end of the first block of iterations
+        (:func:`iteration_blocks`) that leaves every chain ``MIN_DRAWS``
+        draws or more.
+    resume : ChainCheckpoint or None, default=None
+        The checkpoint of an earlier run of these chains with the same
+        posterior and settings but fewer ``n_samples``, which this run
+        continues (used, not copied: pass :meth:`ChainCheckpoint.take`'s
+        copy to keep it): the chains then draw what one run with
+        ``settings.n_samples`` would have drawn after that point, and only
+        these new draws are returned.
+
+    Returns
+    -------
+    draws : ChainDraws
+        ``n_kept`` is ``n_samples`` (less the draws of ``resume``) unless a
+        stop was asked for; ``checkpoint`` is where the chains ended, None
+        when a stop ended them early.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_meanfield.hmc._chains import ChainSettings, run_chains
+    >>> from sklearn_meanfield.hmc._network import HyperPrior, NetworkLayout
+    >>> from sklearn_meanfield.hmc._transition import NetworkPosterior
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(30, 1))
+    >>> Y = np.tanh(X) + 0.1 * rng.normal(size=(30, 1))
+    >>> posterior = NetworkPosterior((X - X.mean()) / X.std(),
+    ...     (Y - Y.mean()) / Y.std(), NetworkLayout(1, 3, 1), HyperPrior())
+    >>> settings = ChainSettings(n_samples=40, n_warmup=40, n_leapfrog=10)
+    >>> out = run_chains(posterior, [0, 1], settings)
+    >>> out.theta.shape, out.train_outputs.shape
+    ((40, 2, 10), (40, 2, 30, 1))
+    >>> bool(np.all(out.accept_rate > 0.5))
+    True
+    """
+    n_chains, n_warmup = len(seeds), settings.n_warmup
+    n_iterations = n_warmup + settings.n_samples
+    adaptation = frozen = None
+    if resume is None:
+        start = 0
+        random, state, adaptation = _fresh_chains(posterior, seeds, settings)
+        if n_warmup == 0:
+            frozen = adaptation.final()
+    else:
+        start = resume.n_iterations
+        if start < n_warmup or resume.n_chains != n_chains:
+            raise ValueError("the checkpoint is not of these chains after warm-up")
+        random = ChainRandom.from_generators(resume.generators)
+        state, frozen = resume.state, resume.tuning
+    recorder = _DrawRecorder(posterior, n_chains, settings, max(start - n_warmup, 0))
+    stop, iteration = False, start - 1
+    for iteration in range(start, n_iterations):
+        if iteration < n_warmup:
+            state, info = _warmup_iteration(
+                iteration, state, posterior, adaptation, random, settings
+            )
+            if iteration == n_warmup - 1:
+                frozen = adaptation.final()
+        else:
+            state, info = _sampling_iteration(
+                iteration, state, posterior, frozen, random, settings
+            )
+        recorder.record(iteration, state, info)
+        if stop and iteration < n_warmup and _stop_now(iteration, settings):
+            break  # asked for earlier in warm-up, before MIN_DRAWS states
+        if on_iteration is not None:
+            stop |= bool(on_iteration(iteration, state, info))
+        if stop and _stop_now(iteration, settings):
+            break
+    checkpoint = None
+    if iteration + 1 == n_iterations and n_iterations > n_warmup:
+        checkpoint = ChainCheckpoint(n_iterations, state, frozen, random.generators)
+    # A batch stopped in warm-up reports the settings it had reached.
+    tuning = adaptation.tuning() if frozen is None else frozen.tuning()
+    trajectory_length = (
+        settings.n_leapfrog * tuning.step_size
+        if tuning.trajectory_length is None
+        else tuning.trajectory_length
+    )
+    return recorder.result(
+        iteration + 1, tuning.step_size, trajectory_length, checkpoint=checkpoint
+    )
+
+
 def _run_batch(posterior, seeds, settings, tasks, verbose, chain_ids, resume=None):
     """Module-level (picklable) unit of parallel work: one batch of chains."""
     with ChainProgress(settings, tasks, verbose, chain_ids) as progress:
@@ -1042,12 +776,6 @@ def _join(results):
         stopped_in_warmup=any(r.stopped_in_warmup for r in results),
         **{name: joined([getattr(r, name) for r in results]) for name in stats},
         trajectory_length=np.concatenate([r.trajectory_length for r in results]),
-        metric=np.concatenate([r.metric for r in results]),
-        exchange_rate=(
-            None
-            if results[0].exchange_rate is None
-            else np.concatenate([r.exchange_rate for r in results])
-        ),
         checkpoint=(
             None
             if any(r.checkpoint is None for r in results)

@@ -341,10 +341,8 @@ def _weighted_residual(views, X_augmented_T, Y, noise_precision, sample_weight):
     ``-d log p / d f``), in the dtype of ``X_augmented_T``; samples last,
     (n_chains, n_outputs, n_samples)."""
     v1, w2, b2 = views
-    # The pre-activations themselves are not needed here: tanh in place.
-    # (numpy's tanh: with AVX-512 several times faster than the one-exp form
-    # 2 / (1 + exp(-2a)) - 1, in single precision 1.3 against 6.4
-    # microseconds for 6620 values; without it within 20% either way.)
+    # The pre-activations themselves are not needed here: tanh in place
+    # (numpy's vectorised tanh, faster than the one-exp form with AVX-512).
     hidden = _input_product(v1, X_augmented_T)
     np.tanh(hidden, out=hidden)
     outputs = _outputs_of_hidden(hidden, w2, b2)
@@ -508,59 +506,6 @@ def log_posterior(
     return _log_posterior_value(residual, weighted, prior_precision * theta, theta)
 
 
-def log_likelihood(
-    theta, noise_precision, X_augmented_T, Y, layout, sample_weight=None
-):
-    """Gaussian log likelihood of every chain's weights and noise precisions.
-
-    ``sum_i w_i sum_k [log(tau_k / 2 pi) / 2 - tau_k (y_ik - f_k(x_i))^2 / 2]``
-    with sample weights ``w_i`` (1 without them): the quantity whose power
-    tempers the posterior, hence the energy the replica exchange of
-    :mod:`~sklearn_meanfield.hmc._tempering` compares.  Unlike the log
-    posterior of the weights given the precisions it keeps the noise
-    precisions' normalisation, which the exchanged states carry too.
-
-    Parameters
-    ----------
-    theta : ndarray of shape (n_chains, n_params)
-    noise_precision : ndarray of shape (n_chains, n_outputs)
-    X_augmented_T : ndarray of shape (n_features + 1, n_samples)
-        ``augment(X)``.
-    Y : ndarray of shape (n_samples, n_outputs)
-    layout : NetworkLayout
-    sample_weight : ndarray of shape (n_samples,) or None, default=None
-
-    Returns
-    -------
-    log_likelihood : ndarray of shape (n_chains,)
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_meanfield.hmc._network import (
-    ...     NetworkLayout, augment, log_likelihood)
-    >>> layout = NetworkLayout(1, 2, 1)
-    >>> X, Y = np.zeros((3, 1)), np.ones((3, 1))
-    >>> # All weights zero: every residual is 1, the density that of N(0, 1).
-    >>> value = log_likelihood(np.zeros((1, layout.n_params)), np.ones((1, 1)),
-    ...                        augment(X), Y, layout)
-    >>> bool(np.isclose(value[0], 3 * (-0.5 * np.log(2 * np.pi) - 0.5)))
-    True
-    """
-    _, residual, weighted = _weighted_residual(
-        layout.augmented.unpack(theta),
-        X_augmented_T,
-        Y,
-        noise_precision,
-        sample_weight,
-    )
-    n_weighted = Y.shape[0] if sample_weight is None else np.sum(sample_weight)
-    normalisation = (
-        0.5 * n_weighted * np.sum(np.log(noise_precision / (2.0 * np.pi)), axis=1)
-    )
-    return normalisation - 0.5 * np.einsum("cmn,cmn->c", residual, weighted)
-
-
 def log_posterior_gradient(
     theta,
     Y,
@@ -646,7 +591,7 @@ def gibbs_precisions(
     residuals of that output (Neal 1996, section 3.2).  With sample weights
     ``w_i`` the noise conditional counts ``sum_i w_i`` points and the
     weighted sum of squares ``sum_i w_i r_i^2``, as for repeated rows; with
-    the likelihood to a power ``beta`` (a tempered replica), ``beta`` times
+    the likelihood to a power ``beta`` (the annealed warm-up), ``beta`` times
     both.
 
     Parameters

@@ -9,11 +9,12 @@ The sampler is split the way BlackJAX splits its kernels from its drivers:
   precisions, the two rescaling moves, the unit redraws, one HMC trajectory)
   and reports what
   happened in a :class:`ChainInfo`.
-* :class:`WarmupAdaptation` holds what warm-up tunes (the step-size multiplier
-  by dual averaging, the rescaling moves' proposal sds, and for the adaptive
-  sampler each chain's trajectory length by the ChEES criterion, and on request
-  a diagonal metric by Stan's windowed scheme) and hands it to
-  :func:`transition` as a :class:`Tuning`; frozen after warm-up, so that the
+* :class:`WarmupAdaptation` is the adaptation, initialised, updated after
+  every warm-up iteration and finalised: it tunes the step-size multiplier by
+  dual averaging, the rescaling moves' proposal sds and, for the adaptive
+  sampler, each chain's trajectory length by the ChEES criterion, and hands
+  them to :func:`transition` as a :class:`Tuning`.  :meth:`WarmupAdaptation.final`
+  returns a :class:`FrozenTuning`, the fixed settings of sampling, so that the
   chains are exact while they sample.
 
 The driver that schedules warm-up and sampling, records draws and reports
@@ -30,9 +31,6 @@ Learning Research, 15, 1593-1623 (dual averaging, section 3.2).
 
 Hoffman, M. D., Radul, A. and Sountsov, P. (2021). An adaptive MCMC scheme for
 setting trajectory lengths in Hamiltonian Monte Carlo. AISTATS, PMLR 130.
-
-Stan Development Team. Stan Reference Manual, "HMC algorithm parameters"
-(windowed adaptation of the step size and a diagonal metric).
 """
 
 import copy
@@ -57,9 +55,9 @@ from ._rescaling import rescale_groups, rescale_units
 from ._sampler import (
     ChEESAdaptation,
     DualAveraging,
-    MassMatrixAdaptation,
     SplitTarget,
     hmc_step,
+    jittered_steps,
 )
 
 __all__ = [
@@ -99,10 +97,8 @@ class NetworkPosterior:
         point, which the Metropolis test uses, in double precision: the
         chain stays exact for the double-precision posterior
         (:class:`~sklearn_meanfield.hmc._sampler.SplitTarget`).
-    inverse_temperature : float, ndarray of shape (n_chains,) or None, \
-            default=None
-        Power of the likelihood, of all chains or of each (None: 1), set by
-        :meth:`tempered`.
+    inverse_temperature : float or None, default=None
+        Power of the likelihood (None: 1), set by :meth:`tempered`.
 
     Attributes
     ----------
@@ -153,30 +149,26 @@ class NetworkPosterior:
         (:meth:`effective_noise_precision`: the likelihood to that power up to
         a constant in the weights; in the potential, its gradient, the step
         scales and the rescaling moves) and every row's count in the Gibbs
-        step of the noise precisions.  The data are shared, not copied, and
-        chains at several powers (replicas advanced as one batch) share them
-        too.
+        step of the noise precisions.  The data are shared, not copied.
 
         Parameters
         ----------
-        inverse_temperature : float in (0, 1] or ndarray of shape (n_chains,)
-            The power, of all chains or of each.
+        inverse_temperature : float in (0, 1]
 
         Returns
         -------
         posterior : NetworkPosterior
-            ``self`` for the power 1 (a float; a power per chain is kept, so
-            that replicas batched together can join their powers).
+            ``self`` for the power 1.
         """
-        if np.ndim(inverse_temperature) == 0 and inverse_temperature == 1.0:
+        if inverse_temperature == 1.0:
             return self
         tempered = copy.copy(self)
         object.__setattr__(tempered, "inverse_temperature", inverse_temperature)
         return tempered
 
     def effective_noise_precision(self, noise_precision):
-        """The noise precisions, (n_chains, n_outputs), times each chain's
-        power of the likelihood: what the weights see."""
+        """The noise precisions, (n_chains, n_outputs), times the power of
+        the likelihood: what the weights see."""
         if self.inverse_temperature is None:
             return noise_precision
         return np.reshape(self.inverse_temperature, (-1, 1)) * noise_precision
@@ -244,7 +236,6 @@ class NetworkPosterior:
             theta=theta,
             log_prob=log_prob,
             grad=grad,
-            momentum=None,
             noise_precision=noise_precision,
             group_precision=group_precision,
             scales=self.step_scales(noise_precision, group_precision),
@@ -260,8 +251,6 @@ class ChainState(NamedTuple):
     """Log posterior of ``theta`` given the precisions, (n_chains,)."""
     grad: np.ndarray
     """Its gradient, (n_chains, n_params)."""
-    momentum: np.ndarray
-    """Momentum after the last trajectory (None before the first)."""
     noise_precision: np.ndarray
     """(n_chains, n_outputs)."""
     group_precision: np.ndarray
@@ -310,14 +299,11 @@ class Tuning(NamedTuple):
     trajectory_length: np.ndarray = None
     """Mean trajectory duration of the adaptive sampler, (n_chains,), or None
     (fixed ``n_leapfrog``)."""
-    metric: np.ndarray = None
-    """Diagonal metric as factors on the step scales, (n_chains, n_params),
-    or None (Neal's scales alone)."""
 
 
 class FrozenTuning(NamedTuple):
-    """What warm-up adapted, per chain, as :class:`WarmupAdaptation` keeps it:
-    enough to go on sampling with the same settings, bit for bit."""
+    """What warm-up adapted, per chain (:meth:`WarmupAdaptation.final`): the
+    fixed settings of sampling, enough to continue it bit for bit."""
 
     log_step_size: np.ndarray
     """(n_chains,)."""
@@ -327,8 +313,31 @@ class FrozenTuning(NamedTuple):
     """(n_chains, n_hidden)."""
     log_trajectory_length: np.ndarray = None
     """(n_chains,) with ``"chees"``, else None."""
-    metric: np.ndarray = None
-    """(n_chains, n_params) when a metric was adapted, else None."""
+
+    def tuning(self):
+        """The settings of every sampling iteration, as a :class:`Tuning`."""
+        return Tuning(
+            step_size=np.exp(self.log_step_size),
+            group_sd=np.exp(self.log_group_sd),
+            unit_sd=np.exp(self.log_unit_sd),
+            trajectory_length=(
+                None
+                if self.log_trajectory_length is None
+                else np.exp(self.log_trajectory_length)
+            ),
+        )
+
+    def n_leapfrog(self, iteration, default, max_leapfrog):
+        """Leapfrog steps at ``iteration`` (from 0), as
+        :meth:`WarmupAdaptation.n_leapfrog` with the frozen lengths."""
+        if self.log_trajectory_length is None:
+            return default
+        return jittered_steps(
+            iteration + 1,
+            np.exp(self.log_trajectory_length),
+            np.exp(self.log_step_size),
+            max_leapfrog,
+        )
 
 
 def _update_precisions(state, posterior, tuning, random_state):
@@ -357,7 +366,7 @@ def _update_precisions(state, posterior, tuning, random_state):
         weights,
         inverse_temperature=posterior.inverse_temperature,
     )
-    # The moves see the likelihood to each chain's power.
+    # The moves see the likelihood to its power (annealing).
     effective_noise = posterior.effective_noise_precision(noise)
     theta, groups, group_accept, network = rescale_groups(
         theta,
@@ -415,20 +424,17 @@ def transition(
     random_state,
     *,
     n_leapfrog,
-    persistence=0.0,
     update_precisions=True,
 ):
     """One iteration of every chain: precisions, rescalings, an HMC trajectory.
 
-    With ``update_precisions`` the precisions get a Gibbs step followed by the
-    rescaling moves; then one HMC trajectory moves the weights, with the
-    per-weight step sizes ``step_size * jitter * metric * scales`` (the
-    jitter, a uniform factor in [0.9, 1.1] per chain, avoids periodic
-    orbits; ``metric``, the adapted diagonal metric of ``tuning``, is left
-    out when None).  The momentum is standard normal in these scaled
-    coordinates, so the kinetic energy of the Metropolis test uses the same
-    diagonal metric as the leapfrog.  Random numbers are drawn in this
-    order, from one generator per chain.
+    The kernel of the sampler, ``state -> (state, info)``.  With
+    ``update_precisions`` the precisions get a Gibbs step followed by the
+    rescaling moves and the unit redraws; then one HMC trajectory moves the
+    weights, with the per-weight step sizes ``step_size * jitter * scales``
+    (the jitter, a uniform factor in [0.9, 1.1] per chain, avoids periodic
+    orbits).  Random numbers are drawn in this order, from one generator per
+    chain.
 
     Parameters
     ----------
@@ -438,8 +444,6 @@ def transition(
     random_state : ChainRandom or numpy.random.Generator
     n_leapfrog : int or ndarray of int of shape (n_chains,)
         Leapfrog steps, shared or per chain.
-    persistence : float in [0, 1), default=0.0
-        Momentum persistence of the partial refresh.
     update_precisions : bool, default=True
         False holds the precisions fixed (early warm-up).
 
@@ -476,21 +480,16 @@ def transition(
     n_chains = state.theta.shape[0]
     jitter = random_state.uniform(0.9, 1.1, size=(n_chains, 1))
     multiplier = tuning.step_size[:, None] * jitter
-    scales = state.scales if tuning.metric is None else tuning.metric * state.scales
     step = hmc_step(
         state.theta,
         state.log_prob,
         state.grad,
         posterior.target(state.noise_precision, state.group_precision),
-        multiplier * scales,
+        multiplier * state.scales,
         n_leapfrog,
         random_state,
-        momentum=state.momentum,
-        persistence=persistence,
     )
-    state = state._replace(
-        theta=step.q, log_prob=step.log_prob, grad=step.grad, momentum=step.momentum
-    )
+    state = state._replace(theta=step.q, log_prob=step.log_prob, grad=step.grad)
     info = ChainInfo(
         accepted=step.accepted,
         accept_prob=step.accept_prob,
@@ -501,34 +500,26 @@ def transition(
         n_leapfrog=np.broadcast_to(n_leapfrog, (n_chains,)),
         integration_time=np.asarray(n_leapfrog) * multiplier[:, 0],
         trajectory=step,
-        scales=scales,
+        scales=state.scales,
     )
     return state, info
 
 
 class WarmupAdaptation:
-    """What warm-up tunes, per chain: the step size and the rescaling moves.
+    """What warm-up tunes, per chain: the step size, the rescaling moves and
+    the trajectory lengths.
 
-    The global step-size multiplier follows dual averaging towards
-    ``target_accept`` (:class:`~sklearn_meanfield.hmc._sampler.DualAveraging`);
-    the log proposal sds of the rescaling moves follow a Robbins-Monro
-    recursion with rate ``k^-0.6`` towards an acceptance of 0.44 (the optimum
-    of a one-dimensional random-walk Metropolis), ``k`` counting the
-    iterations that made the moves.  With ``trajectory_length`` the mean
-    trajectory duration of every chain adapts too, by the ChEES criterion
+    The adaptation of the sampler: initialised here, :meth:`update` after
+    every warm-up iteration, :meth:`final` at the end of warm-up.  The global
+    step-size multiplier follows dual averaging towards ``target_accept``
+    (:class:`~sklearn_meanfield.hmc._sampler.DualAveraging`); the log
+    proposal sds of the rescaling moves follow a Robbins-Monro recursion
+    with rate ``k^-0.6`` towards an acceptance of 0.44 (the optimum of a
+    one-dimensional random-walk Metropolis), ``k`` counting the iterations
+    that made the moves.  With ``trajectory_length`` the mean trajectory
+    duration of every chain adapts too, by the ChEES criterion
     (:class:`~sklearn_meanfield.hmc._sampler.ChEESAdaptation`), and
     :meth:`n_leapfrog` gives each iteration's jittered number of steps.
-    With ``metric_windows`` a diagonal metric adapts too
-    (:class:`~sklearn_meanfield.hmc._sampler.MassMatrixAdaptation`): in each
-    window the variance of every weight divided by its step scale (Neal's,
-    from the current hyperparameters), and for ``"fisher"`` that of the
-    gradient times the scale, is accumulated per chain, and at the window's
-    end the metric, a factor on the step scales, follows from them; the step
-    size is rescaled so that the weight moved farthest in units of its
-    spread keeps its step, dual averaging restarts from there, and the
-    trajectory lengths (``"chees"``) follow the step size.  :meth:`freeze`
-    ends the adaptation: the step size and the trajectory length become
-    their iterate averages, the metric stays, and nothing changes after.
 
     Parameters
     ----------
@@ -542,20 +533,6 @@ class WarmupAdaptation:
         times the step-size multiplier); None for a fixed number of steps.
     max_leapfrog : int, default=1000
         Most leapfrog steps of one trajectory of the adaptive sampler.
-    metric_windows : list of (int, int) or None, default=None
-        Warm-up iterations (from 0, end exclusive) of the metric's slow
-        windows (:func:`~sklearn_meanfield.hmc._sampler.metric_windows`
-        shifted past the iterations with fixed precisions); None adapts no
-        metric.
-    metric_estimator : {"variance", "fisher"}, default="variance"
-        How a window's draws become the metric
-        (:class:`~sklearn_meanfield.hmc._sampler.MassMatrixAdaptation`).
-    rate_from : int or None, default=None
-        Warm-up iteration (from 0) from which the trajectory lengths follow
-        the ChEES rate rather than ChEES
-        (``rate_from`` of
-        :class:`~sklearn_meanfield.hmc._sampler.ChEESAdaptation`);
-        None: ChEES throughout.
 
     Examples
     --------
@@ -580,33 +557,18 @@ class WarmupAdaptation:
         target_accept=0.8,
         trajectory_length=None,
         max_leapfrog=1000,
-        metric_windows=None,
-        metric_estimator="variance",
-        rate_from=None,
     ):
         self.target_accept = target_accept
-        self.n_params = layout.n_params
-        self.iteration = 0
-        self.metric = (
-            None
-            if metric_windows is None
-            else MassMatrixAdaptation(
-                (n_chains, layout.n_params), metric_windows, metric_estimator
-            )
-        )
         self.log_step_size = np.full(n_chains, np.log(step_size))
         self.dual_averaging = DualAveraging(self.log_step_size, target=target_accept)
         self.log_group_sd = np.full((n_chains, layout.n_groups), np.log(0.5))
         self.log_unit_sd = np.full((n_chains, layout.n_hidden), np.log(0.3))
         self.n_moves = 0
-        self.frozen = False
         self.max_leapfrog = max_leapfrog
         self.chees = (
             None
             if trajectory_length is None
-            else ChEESAdaptation(
-                np.full(n_chains, float(trajectory_length)), rate_from=rate_from
-            )
+            else ChEESAdaptation(np.full(n_chains, float(trajectory_length)))
         )
 
     def tuning(self):
@@ -618,15 +580,7 @@ class WarmupAdaptation:
             trajectory_length=(
                 None if self.chees is None else self.chees.trajectory_length
             ),
-            metric=None if self.metric is None else self.metric.factor,
         )
-
-    def metric_factor(self):
-        """The metric's factors on the step scales, (n_chains, n_params):
-        ones when no metric is adapted."""
-        if self.metric is None:
-            return np.ones((len(self.log_step_size), self.n_params))
-        return self.metric.factor.copy()
 
     def n_leapfrog(self, iteration, default):
         """Leapfrog steps of every chain at ``iteration`` (from 0).
@@ -642,14 +596,8 @@ class WarmupAdaptation:
         )
 
     def update(self, info, state=None):
-        """Adapt to one iteration (nothing once frozen).
-
-        ``state``, the chains' state after the iteration, moves the centres of
-        the ChEES criterion and feeds the metric's variance estimates.
-        """
-        if self.frozen:
-            return
-        iteration, self.iteration = self.iteration, self.iteration + 1
+        """Adapt to one iteration; ``state``, the chains' state after it,
+        moves the centres of the ChEES criterion."""
         if info.group_accept is not None:
             self.n_moves += 1
             rate = self.n_moves**-0.6
@@ -667,62 +615,20 @@ class WarmupAdaptation:
             if state is not None:
                 self.chees.observe(state.theta)
         self.log_step_size = self.dual_averaging.update(info.accept_prob)
-        if self.metric is not None and state is not None:
-            ratio = self.metric.update(
-                iteration, state.theta / state.scales, state.grad * state.scales
-            )
-            if ratio is not None:
-                log_ratio = np.log(ratio)
-                self.log_step_size = self.log_step_size + log_ratio
-                self.restart_step_size()
-                if self.chees is not None:
-                    self.chees.restart(log_ratio)
 
     def restart_step_size(self):
-        """Restart dual averaging from the present step size: after a metric
-        window, and after the annealing of warm-up, whose tempered targets
-        needed other steps."""
+        """Restart dual averaging from the present step size: after the
+        annealing of warm-up, whose tempered targets needed other steps."""
         self.dual_averaging = DualAveraging(
             self.log_step_size, target=self.target_accept
         )
 
-    def freeze(self):
-        """End of warm-up: keep the averaged step size (and length) from now on."""
-        self.log_step_size = self.dual_averaging.final()
-        if self.chees is not None:
-            self.chees.log_length = self.chees.final()
-        self.frozen = True
-
-    def frozen_tuning(self):
-        """The adapted settings after :meth:`freeze`, as a :class:`FrozenTuning`."""
+    def final(self):
+        """End of warm-up: the averaged step size (and trajectory lengths)
+        and the rescaling sds, frozen for sampling, as a :class:`FrozenTuning`."""
         return FrozenTuning(
-            log_step_size=self.log_step_size.copy(),
+            log_step_size=self.dual_averaging.final(),
             log_group_sd=self.log_group_sd.copy(),
             log_unit_sd=self.log_unit_sd.copy(),
-            log_trajectory_length=(
-                None if self.chees is None else self.chees.log_length.copy()
-            ),
-            metric=None if self.metric is None else self.metric.factor.copy(),
+            log_trajectory_length=(None if self.chees is None else self.chees.final()),
         )
-
-    @classmethod
-    def from_frozen(cls, layout, frozen, max_leapfrog=1000):
-        """A frozen adaptation that hands out the settings of ``frozen``.
-
-        Its :meth:`tuning` and :meth:`n_leapfrog` are those of the adaptation
-        :meth:`frozen_tuning` was taken from: chains continued with it draw
-        what they would have drawn had they never stopped.
-        """
-        n_chains = len(frozen.log_step_size)
-        adaptation = cls(layout, n_chains, step_size=1.0, max_leapfrog=max_leapfrog)
-        adaptation.log_step_size = frozen.log_step_size.copy()
-        adaptation.log_group_sd = frozen.log_group_sd.copy()
-        adaptation.log_unit_sd = frozen.log_unit_sd.copy()
-        if frozen.log_trajectory_length is not None:
-            adaptation.chees = ChEESAdaptation(np.ones(n_chains))
-            adaptation.chees.log_length = frozen.log_trajectory_length.copy()
-        if frozen.metric is not None:
-            adaptation.metric = MassMatrixAdaptation(frozen.metric.shape, [])
-            adaptation.metric.factor = frozen.metric.copy()
-        adaptation.frozen = True
-        return adaptation

@@ -24,7 +24,6 @@ from .._parallel import N_JOBS_CONSTRAINT, draw_seeds
 from .._progress import CallbackSupportMixin, fit_progress
 from ._chains import (
     ANNEAL_AUTO_ROWS,
-    ANNEAL_START_ROWS,
     MIN_DRAWS,
     ChainSettings,
     join_draws,
@@ -32,7 +31,6 @@ from ._chains import (
 )
 from ._diagnostics import effective_sample_size, rhat_and_bulk_ess
 from ._network import HyperPrior, NetworkLayout, network_outputs
-from ._tempering import temperature_ladder
 from ._transition import NetworkPosterior
 
 __all__ = ["HMCNetworkRegressor"]
@@ -66,33 +64,13 @@ _PREDICT_BLOCK = 64
 
 _PREDICT_BLOCK_BYTES = 64 * 2**20
 
-# min_inverse_temperature="auto": the hottest replica's power of the
-# likelihood, 0.75 ** 7 (8 temperatures a factor 0.75 apart).  Measured
-# exchange acceptance with 8 temperatures: 0.28-0.39 on the two-output
-# problem, 0.27-0.57 on diabetes, 0.07-0.15 and 0.08-0.16 on friedman1 with
-# 1000 and 2000 rows (user guide).  A fixed span makes more temperatures a
-# denser ladder: on the two-output problem 12 temperatures over this span
-# gave R-hat 1.071 and 8 gave 1.060, where 12 a factor 0.75 apart (reaching
-# 0.05) gave 1.240.
-AUTO_MIN_INVERSE_TEMPERATURE = 0.75**7
-
-# The R-hat warning suggests replica exchange above this R-hat: it was
-# measured to help chains held apart (R-hat 1.2-1.6 without it), not fits a
-# little above 1.05, whose chains mix slowly but do mix.
-TEMPERING_SUGGESTED_RHAT = 1.1
-
 # Chains whose largest split R-hat exceeds this warn of poor mixing.
 CONVERGED_RHAT = 1.05
 
 # Chains above CONVERGED_RHAT but at most this continue (max_samples), on
-# more than SMALL_DATA_ROWS rows.  With the default sampler="chees" and the
-# redraws of hidden units, the fits measured (max_samples="auto") whose R-hat
-# after 1000 draws was at most 1.29 came under 1.05 within 4000 (friedman1
-# with 1000 rows: 1.11-1.25 after 1000 draws; 2000 rows: 1.07-1.12), while
-# chains further apart (friedman1 with 5000 rows: 1.47-1.54 after 1000 draws,
-# 1.31 after 4000 at three times the time; one friedman1 seed of ten with
-# 2000 rows, 1.616) need more than max_samples="auto" allows: they stop at
-# once, and the warning suggests another remedy.
+# more than SMALL_DATA_ROWS rows.  Chains further apart need far more draws
+# than max_samples="auto" allows: they stop at once, and the warning suggests
+# another remedy.
 CONTINUE_MAX_RHAT = 1.3
 
 # max_samples="auto": at most this many times n_samples draws per chain.
@@ -101,12 +79,8 @@ AUTO_MAX_SAMPLES_FACTOR = 4
 # On at most this many rows (the sum of sample_weight) a draw is cheap, and
 # chains are continued from further apart and for longer: from R-hat up to
 # SMALL_DATA_CONTINUE_MAX_RHAT, and with max_samples="auto" to
-# SMALL_DATA_MAX_SAMPLES_FACTOR times n_samples.  On the two-output problem
-# of the user guide (200 rows), seeds 0-10: with 1.3 and 4x five of eleven
-# warn (1.304 and 1.332 after 1000 draws, 1.066-1.088 after 4000); with 1.4
-# and 8x all eleven converge, after 2000-7000 draws (at most about 100 s on
-# two cores).  Above these rows, 8000 draws of a fit that does not converge
-# would take minutes (5000 rows: some ten).
+# SMALL_DATA_MAX_SAMPLES_FACTOR times n_samples (on 200 rows, 8000 draws per
+# chain take about 100 s on two cores).
 SMALL_DATA_ROWS = 500
 SMALL_DATA_CONTINUE_MAX_RHAT = 1.4
 SMALL_DATA_MAX_SAMPLES_FACTOR = 8
@@ -256,10 +230,8 @@ def _convergence_remedy(draws, settings, rhat, *, large_data, continuation):
     chains a continuation would have taken on (R-hat within
     ``continuation.max_rhat``) that ``max_samples`` did not let go on; a
     warm-up that annealed (one twice as long); ``large_data`` warmed up
-    without annealing (the annealed warm-up); chains held apart (R-hat above
-    ``TEMPERING_SUGGESTED_RHAT``) without replica exchange; otherwise more
-    draws of the same chains (``warm_start``).  The cheap changes come first,
-    replica exchange, at several times the time per draw, last but one.
+    without annealing (the annealed warm-up); otherwise more draws of the
+    same chains (``warm_start``).
 
     Parameters
     ----------
@@ -305,11 +277,6 @@ def _convergence_remedy(draws, settings, rhat, *, large_data, continuation):
             "Set anneal_warmup=True: on data this large, annealing lets the "
             "chains settle into the same configurations."
         )
-    if len(settings.inverse_temperatures) == 1 and rhat > TEMPERING_SUGGESTED_RHAT:
-        return (
-            "Try replica exchange, n_temperatures=8, at three to eight times "
-            "the time per draw."
-        )
     return "Refit with warm_start=True and a larger n_samples to continue these chains."
 
 
@@ -343,7 +310,7 @@ def _check_convergence(
         Split R-hat and bulk ESS per monitored quantity.
     settings : ChainSettings
         How the chains ran: their sampler, ``max_leapfrog``,
-        ``target_accept``, warm-up (annealed or not) and replicas.
+        ``target_accept`` and warm-up (annealed or not).
     layout : NetworkLayout
     large_data : bool, default=False
         The data are large enough for the annealed warm-up
@@ -388,7 +355,6 @@ def _check_convergence(
         )
     n_divergent = int(np.sum(draws.n_divergent))
     if n_divergent:
-        # The value to raise it from; its docstring says what was measured.
         warnings.warn(
             f"{n_divergent} divergent trajectories after warm-up (energy "
             "error above 1000): the step size is too large for part of the "
@@ -591,16 +557,15 @@ class HMCNetworkRegressor(
     hidden biases, hidden-to-output weights and output biases, and one noise
     precision per output.  The weights are sampled by Hybrid Monte Carlo with
     per-weight step sizes set from the hyperparameters, which are updated by
-    Gibbs steps between trajectories (Neal 1993, 1996), each followed by a joint
-    rescaling of every weight group and its precision that keeps the
-    standardised weights fixed (an interweaving of the centred and non-centred
-    parameterisations, which mixes groups the prior rather than the data
-    determines), and by redraws of every hidden unit from its prior with its
-    outgoing weights integrated out (independence Metropolis-Hastings
-    proposals, which move a unit to another role in one step where small steps
-    would have to cross a low ridge of the posterior).  Inputs and targets are
-    standardised internally.  Predictions
-    average the network over the posterior draws of all chains.
+    Gibbs steps between trajectories (Neal 1993, 1996).  Each Gibbs step is
+    followed by a joint rescaling of every weight group and its precision
+    (an interweaving of the centred and non-centred parameterisations, which
+    mixes the groups the prior rather than the data determines) and by
+    redraws of every hidden unit from its prior with its outgoing weights
+    integrated out (independence Metropolis-Hastings proposals, which move a
+    unit to another role in one step).  Inputs and targets are standardised
+    internally.  Predictions average the network over the posterior draws of
+    all chains.
 
     Leave-one-out predictions come from the same draws by Pareto-smoothed
     importance sampling, with no refitting; ``pareto_k_`` says which of them
@@ -612,69 +577,32 @@ class HMCNetworkRegressor(
     hidden_layer_size : int, default=10
         Number of tanh hidden units.
     n_samples : int, default=1000
-        Draws kept per chain after warm-up (at least 4, for split R-hat): the
-        draws a fit returns, unless ``max_samples`` continues chains that
-        disagree.  More draws make the predictive mean and spread and the
-        diagnostics (``rhat_``, ``ess_``) more precise, at a cost in time and
-        memory proportional to them; the weight-group precisions mix more
-        slowly than the predictions, and R-hat over them needs the most.
+        Draws kept per chain after warm-up (at least 4, for split R-hat).
+        More draws make the predictive mean and spread and the diagnostics
+        more precise, at a cost in time and memory proportional to them; the
+        weight-group precisions mix more slowly than the predictions.
     max_samples : int, "auto" or None, default=None
         Most draws kept per chain when chains that disagree are continued.
-        None: every chain keeps exactly ``n_samples`` draws.  Otherwise chains
-        whose ``rhat_`` is above 1.05 but at most 1.3 (1.4 on at most 500 rows,
-        counting ``sample_weight``) go on by ``n_samples`` draws at a time
-        until it is at most 1.05 or they reach ``max_samples`` draws;
-        ``"auto"`` is 4 times ``n_samples`` (8 times on at most 500 rows).
-        Continued chains agree more often, at up to that many times the
-        sampling time; their draws are those of a fit with more ``n_samples``.
+        None keeps exactly ``n_samples``.  Otherwise chains whose ``rhat_`` is
+        above 1.05 but at most 1.3 (1.4 on at most 500 rows, counting
+        ``sample_weight``) go on by ``n_samples`` draws at a time until it is
+        at most 1.05 or they reach ``max_samples``; ``"auto"`` is 4 times
+        ``n_samples`` (8 times on at most 500 rows).  The continued draws are
+        those of a fit with a larger ``n_samples``.
     n_warmup : int, default=500
         Warm-up iterations per chain, discarded.  The hyperparameters are held
-        at their prior means for the first fifth of them, and the step size is
-        adapted throughout, then frozen so the chain is exact.  When it
-        anneals (``anneal_warmup``), a longer one cools more slowly: on
-        friedman1 with 2000 rows, 1000 iterations made the one seed of ten
-        whose chains stayed apart converge (R-hat 1.616 to 1.041) in about
-        the same total time over the ten, but on 3000 and 5000 rows they
-        took a third to a half more time for the same outcome, so it is the
-        remedy the convergence warning suggests, not the default (user
-        guide).
-    sampler : {"chees", "chees_rate", "hmc"}, default="chees"
-        How long the trajectories are.  ``"chees"``: each chain adapts its
-        mean trajectory length during warm-up by the ChEES criterion
-        (Hoffman, Radul and Sountsov 2021) from its own trajectories,
-        starting from ``n_leapfrog`` steps; every trajectory's length is a
-        quasi-random fraction of twice that mean (jitter), the same fraction
-        for every chain at a given iteration.  The adaptation needs nothing
-        from other chains, so the draws do not depend on ``n_jobs`` (nor on
-        the other chains), and one chain adapts as well as many.
-        ``"hmc"``: every trajectory has ``n_leapfrog`` steps (Neal's Hybrid
-        Monte Carlo, the paper's method).  The adapted trajectories (150-220
-        steps on diabetes, 210-370 on friedman1 from 200 to 5000 rows) cost
-        two to four times as much per draw, and with the redraws of hidden
-        units they make the chains switch between configurations of the
-        network that ``"hmc"``'s 100 steps leave apart: fits with
-        ``max_samples="auto"`` converge (R-hat at most 1.05) on friedman1
-        with 200 to 1000 rows, on diabetes, on nine of ten seeds with
-        2000 rows and on the eleven seeds tried of the two-output problem
-        of the user guide,
-        where ``"hmc"`` stays at 1.07-1.17 after 4000 draws (friedman1 with
-        1000 rows: 1.09).  ``"hmc"`` is about twice as fast where both
-        converge (diabetes, friedman1 with 200 rows).
-        The longer trajectories meet a divergent one now and then (a few in
-        thousands of draws, which the fit warns about); see
-        ``target_accept``.
-        ``"chees_rate"``: as ``"chees"`` for the first fifth of warm-up, then
-        by the ChEES rate, ChEES per gradient evaluation (as SNAPER-HMC,
-        Sountsov and Hoffman 2022, normalises its criterion), which
-        shortens the trajectories where a shorter one moves the chains
-        nearly as far.  On an easy posterior it is about twice as fast:
-        diabetes, six seeds, 26-120 steps and 67-114 effective draws per
-        second of the test predictions against 31-74 for ``"chees"`` and
-        38-71 for NumPyro's NUTS.  Where the chains must find the network's
-        configurations it converges less often: on the two-output problem
-        R-hat after 1000 draws was 1.15-1.36 over eight seeds (two above
-        1.3, which stop and warn) against 1.05-1.29 (none) for ``"chees"``,
-        and on friedman1 with 2000 rows one seed of three stops at 1.50.
+        at their prior means for the first fifth of them, and the step size
+        (and trajectory length) adapt throughout, then are frozen so the
+        chain is exact.  A longer annealed warm-up cools more slowly, which
+        the convergence warning suggests when annealed chains disagree.
+    sampler : {"chees", "hmc"}, default="chees"
+        How long the trajectories are.  ``"chees"`` adapts each chain's mean
+        trajectory length in warm-up by the ChEES criterion (Hoffman, Radul
+        and Sountsov 2021), from its own trajectories only, and jitters every
+        trajectory's length.  ``"hmc"`` (Neal's method) runs ``n_leapfrog``
+        steps per trajectory: about twice as fast per draw, but its chains
+        stay apart on posteriors where the longer adapted trajectories let
+        them meet.  See the user guide.
     n_leapfrog : int, default=100
         Leapfrog steps per trajectory with ``sampler="hmc"``; the initial
         mean length with ``"chees"``.
@@ -682,128 +610,27 @@ class HMCNetworkRegressor(
         Most leapfrog steps of one trajectory with ``sampler="chees"`` (the
         adapted mean length is at most half of it): bounds the cost of a
         draw.  Ignored by ``"hmc"``.
-    adapt_mass_matrix : bool or {"fisher", "variance"}, default=False
-        Adapt a diagonal mass matrix (metric) per chain during warm-up, with
-        either sampler, in Stan's windows (a fast initial buffer after the
-        iterations with fixed precisions, slow windows of doubling length, a
-        terminal buffer in which only the step size adapts).  In each window
-        the chain's own draws of every weight divided by its step scale
-        (Neal's, from the current hyperparameters) give a factor on that
-        step scale: the square root of their variance regularised toward 1
-        as Stan does (``"variance"``), or the fourth root of that variance
-        over the variance of the gradient in the same coordinates
-        (``"fisher"``, the diagonal metric minimising the Fisher divergence
-        to a standard normal, as nutpie adapts it; True means ``"fisher"``).
-        The metric keeps following the hyperparameters through the step
-        scales, and the factors correct them where the posterior's spread
-        differs from the curvature estimate.  After each window the
-        step-size adaptation restarts.  Frozen after warm-up (the momentum
-        and the kinetic energy use the same metric as the leapfrog, so the
-        chain is exact); the factors are ``step_scale_factors_``.  Each
-        chain adapts from its own draws: results do not depend on
-        ``n_jobs``.  Measured on friedman1 it lowers the effective samples
-        per gradient evaluation at n = 200 (by 4 to 15 times), is about
-        even at n = 1000 and gains 2.5-3 times at n = 2000 (``"fisher"``
-        with ``"hmc"``, where nothing converges), and it brings divergent
-        trajectories: the wide directions of this posterior are correlated,
-        curved ridges, narrow across, and the global step shrinks to follow
-        them (see the user guide).  Off by default.
     anneal_warmup : bool or "auto", default="auto"
         Temper the likelihood during warm-up: through the two fifths of
         warm-up after the iterations with fixed precisions, every row's log
-        likelihood is multiplied by a power that rises geometrically from
-        ``10 / n`` (the likelihood of about ten rows) to 1; the last two
-        fifths of warm-up (the step size adapting afresh) and all draws use
-        the posterior itself, so the draws stay exact.  The slow cooling lets
-        the hidden units reorganise before the data pin them, so that the
-        chains settle into the network configurations the data favour
-        rather than each into the first one it fits (simulated annealing).
+        likelihood is raised to a power rising geometrically from ``10 / n``
+        to 1; the rest of warm-up and all draws use the posterior itself, so
+        the draws stay exact.  The slow cooling lets the chains settle into
+        the network configurations the data favour (simulated annealing).
         ``"auto"`` anneals on 2000 rows or more (the sum of
-        ``sample_weight``), where it was measured to pay: on friedman1 the
-        largest R-hat (test predictions and log hyperparameters) falls from
-        1.38-1.87 to 1.27-1.59 with 2000 rows (three seeds) and from 2.17
-        to 1.49 with 5000, at the same test error.  On fewer rows it helps
-        some seeds and hurts others (1000 rows: 1.24 and 1.87 against 1.73
-        and 1.37; 500 rows: 1.10 and 1.43 against 1.15 and 1.09), where
-        chains move between configurations anyway and the 200 iterations of
-        cooling are missed from the settling of warm-up.  It costs no
-        gradient evaluations.
-    n_temperatures : int, default=1
-        Replica exchange (parallel tempering) when above 1: every chain runs
-        this many replicas, replica ``k`` sampling the posterior with every
-        row's log likelihood multiplied by ``inverse_temperatures_[k]``
-        (from 1 down to ``min_inverse_temperature``, geometrically), and
-        after every iteration neighbouring replicas propose to exchange
-        their states, accepted with the Metropolis probability that keeps
-        each replica's posterior invariant (Swendsen and Wang 1986, Geyer
-        1991, Hukushima and Nemoto 1996); the draws are those of the replicas
-        at temperature 1, so they follow the posterior.  The hot replicas,
-        with a flatter likelihood, move between configurations of the network
-        (which units model which input, how many are saturated) that a chain
-        on larger data keeps for its whole run, and the exchanges bring those
-        moves to the posterior's chain.  The replicas of a batch of chains
-        advance as one array as far as the processor's cache allows: 8
-        temperatures took 2.6-3.3 times the plain fit's time on 200-331
-        rows, 6-7.5 times on 1000-2000.  Measured with 8 temperatures
-        (``random_state=0``; the largest R-hat over test predictions and log
-        hyperparameters): on a two-output problem of 200 rows it falls from
-        1.40 to 1.05, where plain chains eight times as long (more than
-        twice the time) give 1.15; on friedman1 with 1000 rows from 1.62 to
-        1.20 (plain chains eight times as long: 1.30), with 2000 rows from
-        1.21 to 1.18; where the plain chains already mix (friedman1 with 200
-        rows, diabetes) it buys nothing (see the user guide).  The pairs
-        that propose alternate between even and odd ones (deterministic
-        even-odd scheme, Syed et al. 2022); each replica
-        adapts its own step size and rescaling moves, and its generator is
-        derived from the chain's seed (replica 0 uses the chain's own, so
-        one temperature is the plain sampler): results do not depend on
-        ``n_jobs``.
-    min_inverse_temperature : float in (0, 1] or "auto", default="auto"
-        Inverse temperature of the hottest replica.  ``"auto"``: ``0.75 **
-        7`` (0.133; with 8 temperatures neighbours a factor 0.75 apart, the
-        ladder measured in the user guide, where the exchange acceptance
-        was 0.07-0.57), but not below ``10 / n`` (the likelihood of ten
-        rows).  More temperatures make the ladder denser, not hotter.
+        ``sample_weight``).  It costs no gradient evaluations.
     gradient_dtype : {"float32", "float64"}, default="float32"
-        Precision of the gradient that drives the leapfrog steps.  With
-        ``"float32"`` the forward and backward passes of every step run in
-        single precision, about twice as fast (numpy's double-precision exp
-        is not vectorised on common CPUs, and the arrays take half the
-        memory), to a relative accuracy of about 1e-6; the log posterior at
-        the end of each trajectory, which the Metropolis test uses, is
-        computed in double precision.  Leapfrog steps driven by any
-        position-dependent force are reversible and volume-preserving, so
-        the chain samples the double-precision posterior exactly either way
-        (Neal 2011, section 5.5.5); the single-precision force only perturbs
-        the trajectories (by far less than the step size does), which
-        changes the draws but not their distribution.  It may add to the
-        rare divergent trajectories: on the gallery example
-        (``sampler="chees"``, two seeds of 16,000 draws) 9 and 13 diverged,
-        against 2 and 5 in double precision (a hint rather than a
-        measurement: they come in clusters, where a chain wanders).
-        ``"float64"`` runs the steps in double precision too: draws that
-        agree to rounding between fits of the same model in other units
-        (integer weights against repeated rows, rescaled inputs), at about
-        1.15 to 2 times the cost (1.15 on the example's 90 rows).
-    step_size : float, default=0.2
-        Initial global step-size multiplier (Neal's eta); the step of each
-        weight is this times the inverse square root of its estimated
-        curvature.  Adapted by dual averaging during warm-up.
-    persistence : float in [0, 1), default=0.0
-        Momentum persistence ``a`` of the partial refresh
-        ``p <- a p + sqrt(1 - a^2) n`` (0: a full refresh, standard HMC).
-        Rejections negate the momentum so the chain stays exact.
+        Precision of the gradient that drives the leapfrog steps.
+        ``"float32"`` is about twice as fast; the Metropolis test uses the
+        log posterior in double precision, so the chain samples the same
+        posterior exactly either way (Neal 2011, section 5.5.5).
+        ``"float64"`` makes draws agree to rounding between fits of the same
+        model in other units (integer weights against repeated rows).
     target_accept : float in (0, 1), default=0.8
-        Acceptance probability the step size is adapted to.  Raise it when a
-        fit warns of divergent trajectories: a smaller step avoids most of them
-        (with ``sampler="chees"`` on the gallery example, two seeds: 0.85 left
-        0 of 12,000 draws and 1 of 16,000 divergent, 0.8 left 9 and 13 of
-        16,000).  It is not the default with ``"chees"`` because the chains
-        then moved between configurations of the network more slowly: on the
-        two-output problem of the user guide, R-hat after 1000 draws was higher
-        at 0.85 than at 0.8 on 9 of 12 seeds, and above 1.3 (where a fit is not
-        continued) on 3 of them against none; at 0.9 friedman1 with 5000 rows
-        took 111-150 s against 101-106 s.
+        Acceptance probability the step size is adapted to.  Raise it (to
+        0.85 or 0.9) when a fit warns of divergent trajectories: a smaller
+        step avoids most of them, but the chains then move between the
+        network's configurations more slowly.
     ard : bool, default=True
         One prior precision per input (automatic relevance determination);
         otherwise one for all input-to-hidden weights.
@@ -816,28 +643,19 @@ class HMCNetworkRegressor(
         Seeds of the chains, drawn up front: the same value gives the same
         model for any ``n_jobs``.
     verbose : int, default=0
-        Progress per batch of chains (iteration, acceptance, noise sd in
-        standardised units) when >= 1.  With scikit-learn >= 1.9,
-        ``set_callbacks`` (e.g. ``sklearn.callback.ProgressBar()``) also
-        follows the fit: one subtask per chain, run in the chain's worker,
-        and in each a step per tenth of its iterations.  A callback that asks
-        to stop ends the sampling early: every chain keeps the draws made so
-        far (at least four), the same number in every chain.  A request during
-        warm-up ends the fit at once, keeping the last four warm-up states as
-        the draws, with a ``ConvergenceWarning`` (they come from chains that
-        were still adapting): a time limit is honoured at any stage.
+        Progress per batch of chains (iteration, acceptance, noise sd) when
+        >= 1.  With scikit-learn >= 1.9, ``set_callbacks`` also follows the
+        fit, one subtask per chain; a callback that asks to stop ends the
+        sampling early with the draws made so far (at least four per chain;
+        during warm-up, the last four warm-up states, with a
+        ``ConvergenceWarning``).
     warm_start : bool, default=False
-        When set to True, the next :meth:`fit` on the same data continues
-        the chains of the previous fit to ``n_samples`` draws per chain (raise
-        ``n_samples`` first), keeping its draws, warm-up and adapted settings,
-        instead of sampling anew: a fit that warns of chains that disagree
-        gets more draws without another warm-up.  The chains go on with their
-        own generators, so the draws are exactly those one fit with the
-        larger ``n_samples`` would have made, for any ``n_jobs``; every
-        fitted attribute (R-hat, leave-one-out, acceptance) then covers all
-        the draws.  The other parameters that shape the chains
-        (``n_jobs``, ``verbose`` and ``random_state`` aside) and the data
-        must be those of the previous fit.
+        When True, the next :meth:`fit` on the same data continues the
+        chains of the previous fit to ``n_samples`` draws per chain (raise
+        ``n_samples`` first), keeping its draws and adapted settings: the
+        draws are exactly those of one fit with the larger ``n_samples``.
+        Only ``n_samples``, ``max_samples``, ``n_jobs``, ``verbose`` and
+        ``random_state`` may change.
 
     Attributes
     ----------
@@ -846,45 +664,23 @@ class HMCNetworkRegressor(
         weighted by ``sample_weight`` when given).
     loo_prediction_ : ndarray, shaped like ``y``
         Leave-one-out predictive means.  A row of weight ``w`` is left out
-        whole (its log likelihood times ``w`` in the importance weights), as
-        leaving out all ``w`` copies of a repeated row would.  It keeps the
-        shape of ``y`` (the package's contract) also for ``y`` of shape
-        (n_samples, 1), where :meth:`predict` gives 1-D arrays.
+        whole, as leaving out all ``w`` copies of a repeated row would.
     loo_log_density_ : ndarray of shape (n_samples,)
-        Leave-one-out log predictive density of each training point (of all its
-        outputs jointly; of one copy of a weighted row).
+        Leave-one-out log predictive density of each training point (of all
+        its outputs jointly).
     pareto_k_ : ndarray of shape (n_samples,)
         PSIS shape estimate per training point; above 0.7 the point's
         leave-one-out estimate is unreliable (``inf`` when too few distinct
-        draws fall in the tail to fit it; 0 for rows of zero weight, whose
-        leave-one-out posterior is the posterior itself).
+        draws fall in the tail; 0 for rows of zero weight).
     acceptance_rate_ : ndarray of shape (n_chains,)
         Fraction of trajectories accepted after warm-up.
     step_size_ : ndarray of shape (n_chains,)
         The adapted step-size multiplier of each chain.
-    step_scale_factors_ : ndarray of shape (n_chains, n_params)
-        The adapted diagonal metric of each chain, as factors on Neal's step
-        scales ``s_i`` (from the hyperparameters): weight ``i`` moves with
-        step ``step_size_ * factor_i * s_i``, i.e. an inverse mass
-        ``(factor_i s_i)^2`` in standardised units.  Ones without
-        ``adapt_mass_matrix``.  Columns in the order of
-        ``parameter_draws_``.
     trajectory_length_ : ndarray of shape (n_chains,)
         Mean trajectory duration of each chain (leapfrog steps times the
-        step-size multiplier): adapted with ``sampler="chees"``,
-        ``n_leapfrog * step_size_`` with ``"hmc"``.
+        step-size multiplier).
     n_divergent_ : ndarray of shape (n_chains,)
         Divergent trajectories after warm-up.
-    inverse_temperatures_ : ndarray of shape (n_temperatures,)
-        The replicas' powers of the likelihood, the first 1 (``[1.0]``
-        without replica exchange).
-    exchange_acceptance_ : ndarray of shape (n_chains, n_temperatures - 1)
-        Fraction of the exchanges proposed after warm-up between replicas
-        ``k`` and ``k + 1`` that were accepted, per chain; a pair that
-        rarely exchanges (below about 0.1) cuts the ladder, and more
-        temperatures or a larger ``min_inverse_temperature`` help.  NaN
-        where no exchange was proposed after warm-up (a callback stopped
-        the fit in warm-up).
     rhat_ : float
         Largest rank-normalised split R-hat over the predictions at the
         training points and the log precisions.
@@ -892,13 +688,12 @@ class HMCNetworkRegressor(
         Smallest bulk effective sample size over the same quantities.
     n_draws_ : int
         Draws kept per chain (``n_kept``): ``n_samples``, more when chains
-        that had not converged were continued (``max_samples``), fewer when
-        a callback stopped the sampling.
+        were continued (``max_samples``), fewer when a callback stopped the
+        sampling.
     noise_std_ : ndarray of shape (n_outputs,)
         Posterior mean noise standard deviation, per output, in target units.
     parameter_draws_ : ndarray of shape (n_chains * n_kept, n_params)
-        Network weights (for standardised data), chain after chain;
-        ``n_kept`` is ``n_samples`` unless a callback stopped the sampling.
+        Network weights (for standardised data), chain after chain.
         :meth:`chain_draws` gives the draws with a chain axis, and
         :meth:`to_inference_data` as an ArviZ ``InferenceData``.
     noise_precision_draws_ : ndarray of shape (n_chains * n_kept, n_outputs)
@@ -931,38 +726,12 @@ class HMCNetworkRegressor(
     setting path lengths in Hamiltonian Monte Carlo. Journal of Machine
     Learning Research, 15, 1593-1623.
 
-    Betancourt, M. (2017). A conceptual introduction to Hamiltonian Monte
-    Carlo. arXiv:1701.02434.
-
     Hoffman, M. D., Radul, A. and Sountsov, P. (2021). An adaptive MCMC
     scheme for setting trajectory lengths in Hamiltonian Monte Carlo.
     Proceedings of AISTATS, PMLR 130, 3907-3915.
 
-    Stan Development Team. Stan Reference Manual, "HMC algorithm
-    parameters: automatic parameter tuning" (windowed adaptation of the
-    step size and a diagonal metric).
-
     Kirkpatrick, S., Gelatt, C. D. and Vecchi, M. P. (1983). Optimization by
     simulated annealing. Science, 220(4598), 671-680.
-
-    Swendsen, R. H. and Wang, J.-S. (1986). Replica Monte Carlo simulation of
-    spin-glasses. Physical Review Letters, 57, 2607-2609.
-
-    Geyer, C. J. (1991). Markov chain Monte Carlo maximum likelihood.
-    Computing Science and Statistics: Proceedings of the 23rd Symposium on
-    the Interface, 156-163.
-
-    Hukushima, K. and Nemoto, K. (1996). Exchange Monte Carlo method and
-    application to spin glass simulations. Journal of the Physical Society
-    of Japan, 65, 1604-1608.
-
-    Syed, S., Bouchard-Cote, A., Deligiannidis, G. and Doucet, A. (2022).
-    Non-reversible parallel tempering: a scalable highly parallel MCMC
-    scheme. Journal of the Royal Statistical Society B, 84, 321-350.
-
-    Seyboldt, A., Carlson, E. L. and Carpenter, B. (2026). Preconditioning
-    Hamiltonian Monte Carlo by minimizing Fisher divergence.
-    arXiv:2603.18845.
 
     Yu, Y. and Meng, X.-L. (2011). To center or not to center: that is not the
     question. Journal of Computational and Graphical Statistics, 20(3),
@@ -1004,19 +773,11 @@ class HMCNetworkRegressor(
             None,
         ],
         "n_warmup": [Interval(Integral, 0, None, closed="left")],
-        "sampler": [StrOptions({"chees", "chees_rate", "hmc"})],
+        "sampler": [StrOptions({"chees", "hmc"})],
         "n_leapfrog": [Interval(Integral, 1, None, closed="left")],
         "max_leapfrog": [Interval(Integral, 1, None, closed="left")],
-        "adapt_mass_matrix": ["boolean", StrOptions({"fisher", "variance"})],
         "anneal_warmup": ["boolean", StrOptions({"auto"})],
-        "n_temperatures": [Interval(Integral, 1, None, closed="left")],
-        "min_inverse_temperature": [
-            Interval(Real, 0, 1, closed="right"),
-            StrOptions({"auto"}),
-        ],
         "gradient_dtype": [StrOptions({"float32", "float64"})],
-        "step_size": [Interval(Real, 0, None, closed="neither")],
-        "persistence": [Interval(Real, 0, 1, closed="left")],
         "target_accept": [Interval(Real, 0, 1, closed="neither")],
         "ard": ["boolean"],
         "n_chains": [Interval(Integral, 1, None, closed="left")],
@@ -1036,13 +797,8 @@ class HMCNetworkRegressor(
         sampler="chees",
         n_leapfrog=100,
         max_leapfrog=1000,
-        adapt_mass_matrix=False,
         anneal_warmup="auto",
-        n_temperatures=1,
-        min_inverse_temperature="auto",
         gradient_dtype="float32",
-        step_size=0.2,
-        persistence=0.0,
         target_accept=0.8,
         ard=True,
         n_chains=4,
@@ -1058,13 +814,8 @@ class HMCNetworkRegressor(
         self.sampler = sampler
         self.n_leapfrog = n_leapfrog
         self.max_leapfrog = max_leapfrog
-        self.adapt_mass_matrix = adapt_mass_matrix
         self.anneal_warmup = anneal_warmup
-        self.n_temperatures = n_temperatures
-        self.min_inverse_temperature = min_inverse_temperature
         self.gradient_dtype = gradient_dtype
-        self.step_size = step_size
-        self.persistence = persistence
         self.target_accept = target_accept
         self.ard = ard
         self.n_chains = n_chains
@@ -1136,14 +887,10 @@ class HMCNetworkRegressor(
             n_samples=self.n_samples,
             n_warmup=self.n_warmup,
             n_leapfrog=self.n_leapfrog,
-            step_size=self.step_size,
-            persistence=self.persistence,
             target_accept=self.target_accept,
             sampler=self.sampler,
             max_leapfrog=self.max_leapfrog,
-            adapt_mass_matrix=self.adapt_mass_matrix,
             anneal=anneal,
-            inverse_temperatures=tuple(self._temperature_ladder(posterior.n_weighted)),
         )
         data_hash = joblib.hash((X, y, sample_weight))
         resume = self._continued_chains(data_hash) if self.warm_start else None
@@ -1161,19 +908,10 @@ class HMCNetworkRegressor(
             seeds = self._chain_seeds
         # Outputs without spread: the posterior is symmetric about them.
         constant = self._y_scaler.constant.copy()
-        small = posterior.n_weighted <= SMALL_DATA_ROWS
-        max_draws = self._max_draws(small)
-        continuation = Continuation(
-            self.n_samples,
-            max_draws,
-            lambda n_draws: _fits_in_memory(
-                n_draws, self.n_chains, Xs.shape[0], layout
-            ),
-            SMALL_DATA_CONTINUE_MAX_RHAT if small else CONTINUE_MAX_RHAT,
-        )
+        continuation = self._continuation(posterior)
         # With scikit-learn callbacks, every chain is a subtask of the fit (of
         # each run of the chains, when they may be continued).
-        max_steps = self.n_chains if max_draws <= self.n_samples else None
+        max_steps = self.n_chains if continuation.max_draws <= self.n_samples else None
         with fit_progress(self, self.verbose, max_steps=max_steps, X=X, y=y) as (
             reporter
         ):
@@ -1203,17 +941,32 @@ class HMCNetworkRegressor(
                 loo.error,
             )
         self._layout, self._constant_outputs = layout, constant
+        self._store_draws(draws)
+        self.rhat_, self.ess_ = rhat, ess
+        self.loo_prediction_, self.loo_error_ = loo.prediction, loo.error
+        self.loo_log_density_, self.pareto_k_ = loo.log_density, loo.pareto_k
+        # What warm_start needs to continue these chains.
+        self._chain_seeds, self._chain_checkpoint = seeds, draws.checkpoint
+        self._chain_params, self._data_hash = self._chain_shaping_params(), data_hash
+        return self
+
+    def _continuation(self, posterior):
+        """How this fit may continue chains that disagree (``max_samples``)."""
+        small = posterior.n_weighted <= SMALL_DATA_ROWS
+        n_train, layout = posterior.X.shape[0], posterior.layout
+        return Continuation(
+            self.n_samples,
+            self._max_draws(small),
+            lambda n_draws: _fits_in_memory(n_draws, self.n_chains, n_train, layout),
+            SMALL_DATA_CONTINUE_MAX_RHAT if small else CONTINUE_MAX_RHAT,
+        )
+
+    def _store_draws(self, draws):
+        """The fitted attributes that come from the draws themselves."""
         self.acceptance_rate_ = draws.accept_rate
         self.n_divergent_ = draws.n_divergent
-        self.inverse_temperatures_ = np.asarray(settings.inverse_temperatures)
-        self.exchange_acceptance_ = (
-            np.empty((self.n_chains, 0))
-            if draws.exchange_rate is None
-            else draws.exchange_rate
-        )
         self.step_size_ = draws.step_size
         self._trajectory_length = draws.trajectory_length
-        self.step_scale_factors_ = draws.metric
         # Per-draw statistics of every chain, (n_chains, n_kept).
         self._sample_stats = {
             "acceptance_rate": draws.accept_prob.T.copy(),
@@ -1228,14 +981,7 @@ class HMCNetworkRegressor(
         self.noise_std_ = self._y_scaler.inverse_scale(
             np.mean(1.0 / np.sqrt(self.noise_precision_draws_), axis=0)
         )
-        self.rhat_, self.ess_ = rhat, ess
         self.n_draws_ = len(draws.theta)
-        self.loo_prediction_, self.loo_error_ = loo.prediction, loo.error
-        self.loo_log_density_, self.pareto_k_ = loo.log_density, loo.pareto_k
-        # What warm_start needs to continue these chains.
-        self._chain_seeds, self._chain_checkpoint = seeds, draws.checkpoint
-        self._chain_params, self._data_hash = self._chain_shaping_params(), data_hash
-        return self
 
     def _max_draws(self, small_data):
         """Most draws per chain a fit may make (``max_samples``)."""
@@ -1329,15 +1075,6 @@ class HMCNetworkRegressor(
             energy_error=draw_axis_first("energy_error"),
         )
         return join_draws(earlier, draws, train_outputs=outputs)
-
-    def _temperature_ladder(self, n_weighted):
-        """The replicas' inverse temperatures for ``n_weighted`` rows."""
-        lowest = self.min_inverse_temperature
-        if lowest == "auto":
-            lowest = max(
-                AUTO_MIN_INVERSE_TEMPERATURE, min(1.0, ANNEAL_START_ROWS / n_weighted)
-            )
-        return temperature_ladder(self.n_temperatures, lowest)
 
     def _validate_rows(self, X):
         """``X`` validated against the fit, C-ordered: the network's matrix
