@@ -1,7 +1,7 @@
 """HMCNetworkRegressor against scikit-learn's regressors, side by side.
 
 Usage: ``python benchmarks/bench_hmc_network.py [--quick]``, or
-``python benchmarks/bench_hmc_network.py --mass-matrix | --anneal [--sizes 200 1000]``
+``python benchmarks/bench_hmc_network.py --anneal [--sizes 200 1000] [--seeds 0 1]``
 
 For ``make_friedman1`` (n = 200 and 1000, noise sd 1) and ``load_diabetes``
 (a 75/25 split) the table gives test RMSE, test negative log predictive density
@@ -14,15 +14,13 @@ log-posterior gradient against the two matrix products with the data it needs
 precision and in the single precision of the default leapfrog kicks
 (``gradient_dtype="float32"``).
 
-``--mass-matrix`` runs instead HMCNetworkRegressor alone on friedman1 (the
-sizes given, noise sd 1, 10 hidden units, 4 chains, ``n_jobs=2``,
-``random_state=0``) with both samplers, without and with
-``adapt_mass_matrix``: largest split R-hat over the test predictions (2000
-points) and the log hyperparameters, smallest bulk ESS of the test
-predictions, that ESS per thousand leapfrog steps of the kept draws, test
-MSE, fit seconds, the adapted step sizes, divergences and the range of the
-adapted metric factors, with the load average.  ``--anneal [--seeds 0 1]``
-does the same without and with ``anneal_warmup``, per seed.
+``--anneal`` runs instead HMCNetworkRegressor alone on friedman1 (the sizes
+given, noise sd 1, 10 hidden units, 4 chains, ``n_jobs=2``, the seeds given)
+with both samplers, without and with ``anneal_warmup``: largest split R-hat
+over the test predictions (2000 points) and the log hyperparameters, smallest
+bulk ESS of the test predictions, that ESS per thousand leapfrog steps of the
+kept draws and per second, test MSE, fit seconds and divergences, with the
+load average.
 """
 
 import argparse
@@ -185,7 +183,7 @@ def gradient_cost(n_samples, n_features, n_hidden, n_chains, repeats=200):
 
 
 def sampler_run(n, seed=0, **params):
-    """One fit on friedman1 for the --mass-matrix and --anneal tables, with
+    """One fit on friedman1 for the --anneal table, with
     ``params`` of HMCNetworkRegressor; returns its row as a dict."""
     X, y = make_friedman1(n_samples=n, noise=1.0, random_state=0)
     X_test, y_test = make_friedman1(n_samples=2000, noise=1.0, random_state=1)
@@ -206,42 +204,15 @@ def sampler_run(n, seed=0, **params):
     ).reshape(est.n_chains, draws.shape[1], -1)
     ess = float(np.min(effective_sample_size(draws)))
     steps = float(np.sum(est.chain_draws()["n_steps"]))
-    factors = est.step_scale_factors_
     return dict(
         rhat=float(max(np.max(split_rhat(draws)), np.max(split_rhat(hyper)))),
         ess=ess,
         ess_per_k=1000 * ess / steps,
         mse=float(np.mean((y_test - draws.mean(axis=(0, 1))) ** 2)),
         seconds=seconds,
-        step=float(np.mean(est.step_size_)),
         divergent=int(np.sum(est.n_divergent_)),
-        factors=(float(factors.min()), float(np.median(factors)), factors.max()),
         load=(load, os.getloadavg()[0]),
     )
-
-
-def mass_matrix_table(sizes):
-    header = (
-        f"{'data':16s} {'sampler':7s} {'metric':6s} {'R-hat':>6s} {'ESS':>6s} "
-        f"{'ESS/1k':>7s} {'MSE':>6s} {'fit s':>6s} {'step':>7s} {'div':>4s} "
-        f"{'factors min/med/max':>20s} load"
-    )
-    print(header)
-    print("-" * len(header))
-    for n in sizes:
-        for sampler in ("hmc", "chees"):
-            for adapt in (False, True):
-                r = sampler_run(n, sampler=sampler, adapt_mass_matrix=adapt)
-                lo, med, hi = r["factors"]
-                print(
-                    f"{'friedman1 n=' + str(n):16s} {sampler:7s} "
-                    f"{'diag' if adapt else '-':6s} {r['rhat']:6.3f} "
-                    f"{r['ess']:6.0f} {r['ess_per_k']:7.3f} {r['mse']:6.3f} "
-                    f"{r['seconds']:6.0f} {r['step']:7.4f} {r['divergent']:4d} "
-                    f"{lo:6.2f}/{med:6.2f}/{hi:6.1f} "
-                    f"{r['load'][0]:.1f}-{r['load'][1]:.1f}",
-                    flush=True,
-                )
 
 
 def anneal_table(sizes, seeds):
@@ -273,11 +244,6 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller, shorter runs")
     parser.add_argument(
-        "--mass-matrix",
-        action="store_true",
-        help="only HMCNetworkRegressor, with and without adapt_mass_matrix",
-    )
-    parser.add_argument(
         "--anneal",
         action="store_true",
         help="only HMCNetworkRegressor, with and without anneal_warmup",
@@ -285,9 +251,6 @@ def main(argv=None):
     parser.add_argument("--sizes", type=int, nargs="+", default=[200, 1000])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     args = parser.parse_args(argv)
-    if args.mass_matrix:
-        mass_matrix_table(args.sizes)
-        return
     if args.anneal:
         anneal_table(args.sizes, args.seeds)
         return

@@ -15,9 +15,7 @@ largest split R-hat over test predictions and log hyperparameters, whether
 our fit warned, and the ratios ours / NUTS of ESS/s and MSE.
 
 Usage: ``python benchmarks/bench_hmc_numpyro.py [--quick] [--sizes 200 1000]
-[--seeds 0 1 2] [--samplers hmc] [--temperatures 8] [--no-nuts]``
-(``--temperatures`` adds rows of our default sampler with replica exchange,
-``n_temperatures`` as given, and the range of its exchange acceptance)
+[--seeds 0 1 2] [--samplers hmc] [--no-nuts]``
 (``python -m benchmarks --only bench_hmc_numpyro --merge`` writes its section
 of RESULTS.md).  NumPyro and JAX are optional (``pip install numpyro jax``):
 without them only our estimator runs.  Both sides get the machine's 2 cores
@@ -354,7 +352,7 @@ def _leapfrog_detail(est):
     return text
 
 
-def run_ours(X, y, X_test, y_test, n_hidden, sampler, quick, seed=0, n_temperatures=1):
+def run_ours(X, y, X_test, y_test, n_hidden, sampler, quick, seed=0):
     # Chains that disagree are continued, as NUTS's are not: the fit a user
     # makes to get converged chains.
     kwargs = dict(
@@ -365,8 +363,6 @@ def run_ours(X, y, X_test, y_test, n_hidden, sampler, quick, seed=0, n_temperatu
     )
     if sampler is not None:
         kwargs["sampler"] = sampler
-    if n_temperatures > 1:
-        kwargs["n_temperatures"] = n_temperatures
     if quick:
         kwargs.update(n_samples=100, n_warmup=100)
     est = HMCNetworkRegressor(**kwargs)
@@ -402,11 +398,6 @@ def run_ours(X, y, X_test, y_test, n_hidden, sampler, quick, seed=0, n_temperatu
     ).reshape(n_chains, preds.shape[1], -1)
     mean = draws.mean(axis=0)
     name = "ours" if sampler is None else f"ours[{sampler}]"
-    detail = ""
-    if n_temperatures > 1:
-        name = name.rstrip("]") + f",T{n_temperatures}]"
-        exchange = est.exchange_acceptance_.mean(axis=0)
-        detail = f", exchange {exchange.min():.2f}-{exchange.max():.2f}"
     return dict(
         name=name,
         mse=float(np.mean((y_test.reshape(mean.shape) - mean) ** 2)),
@@ -417,7 +408,7 @@ def run_ours(X, y, X_test, y_test, n_hidden, sampler, quick, seed=0, n_temperatu
         warned=",".join(kinds) or "-",
         detail=f"draws {est.n_draws_}/chain, "
         f"accept {np.mean(est.acceptance_rate_):.2f}, "
-        f"divergent {int(np.sum(est.n_divergent_))}" + _leapfrog_detail(est) + detail,
+        f"divergent {int(np.sum(est.n_divergent_))}" + _leapfrog_detail(est),
         load=load,
     )
 
@@ -541,14 +532,6 @@ def main(argv=None):
         help="our samplers to run (default: all, the default one first)",
     )
     parser.add_argument(
-        "--temperatures",
-        type=int,
-        nargs="+",
-        default=[],
-        help="also run our default sampler with replica exchange at these "
-        "n_temperatures",
-    )
-    parser.add_argument(
         "--no-nuts",
         action="store_true",
         help="skip NumPyro even when installed (ours only)",
@@ -594,20 +577,6 @@ def main(argv=None):
             for sampler in samplers:
                 result = run_ours(
                     X, y, X_test, y_test, n_hidden, sampler, args.quick, seed=seed
-                )
-                results.append(result)
-                print("  ", results[-1], flush=True)
-            for n_temperatures in args.temperatures:
-                result = run_ours(
-                    X,
-                    y,
-                    X_test,
-                    y_test,
-                    n_hidden,
-                    samplers[0],
-                    args.quick,
-                    seed=seed,
-                    n_temperatures=n_temperatures,
                 )
                 results.append(result)
                 print("  ", results[-1], flush=True)
