@@ -266,28 +266,6 @@ def gauss_hermite_expectation(function, mean, std, n_points=32):
     return np.sum(weights * function(mean + std * nodes), axis=-1)
 
 
-def norm_cdf(z):
-    """Standard normal CDF (``scipy.special.ndtr``), exported for symmetry.
-
-    Parameters
-    ----------
-    z : array-like
-        Points at which to evaluate.
-
-    Returns
-    -------
-    ndarray
-        ``Phi(z)``, of the shape of ``z``.
-
-    Examples
-    --------
-    >>> from sklearn_meanfield._gaussian import norm_cdf
-    >>> float(norm_cdf(0.0))
-    0.5
-    """
-    return ndtr(np.asarray(z, dtype=float))
-
-
 # ``logistic_normal_moments``.  Narrow and moderate Gaussians: the trapezoid
 # rule on a uniform grid around the mode of sigma(u) N(u; a, v).  The integrand
 # is analytic in the strip |Im u| < pi (the poles of the logistic), so a

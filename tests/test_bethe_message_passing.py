@@ -126,11 +126,17 @@ def test_paper_ensemble_against_enumeration(method, alpha):
         rms_m.append(np.sqrt(np.mean((m - m_ba) ** 2)))
         rms_c.append(np.sqrt(np.mean((C - C_ba) ** 2)))
         rms_joint.append(np.sqrt(np.mean((exact[2] - sol.mean_hidden_visible) ** 2)))
-    # Measured (bipartite / Gaussian): |delta f| 5e-4 (alpha 0.2), 1.4e-3
-    # (alpha 0.6); RMS(m) 0.002, 0.009; RMS of <h_a v_i> ({0, 1} units)
-    # 0.005-0.010 / 0.010-0.014; RMS of the paper's spin C_aj = <s_a sigma_j>
-    # 0.019, 0.039 / 0.039, 0.051 (loop corrections at N = 20; at N = 100 it
-    # is below 0.03, see the Gibbs test).
+    # Couplings of order sqrt(g / N): the Bethe approximation is exact up to
+    # its loop corrections, which in a dense model contribute O(1) nat to
+    # log Z in total (of order alpha g / 2 here), i.e. O(1/N) per spin: at
+    # most a few thousandths at N = 20, and 0.01 per spin leaves a factor of
+    # two or three for the constant.  A magnetisation's loop correction is
+    # O(1/N) = 0.05 times couplings of order one, and the spin correlation
+    # C_aj of a coupled pair, itself of order sqrt(g / N) = 0.16, misses the
+    # four-cycles through it, of order sqrt(alpha) g**1.5 / sqrt(N) (0.03 to
+    # 0.06 here; the Gibbs test checks the same quantity at N = 100 to 0.03).
+    # A wrong cavity field or fixed point gives errors of the size of the
+    # moments themselves, tenths, far above these bounds.
     assert abs(np.mean(errors)) < 0.01
     assert np.mean(np.abs(errors)) < 0.01
     assert np.mean(rms_m) < 0.03
@@ -139,9 +145,12 @@ def test_paper_ensemble_against_enumeration(method, alpha):
 
 
 def test_bipartite_form_stays_accurate_at_large_weights():
-    # The choice of default (NOTES.md section 4): 16 visible x 10 hidden with
-    # weights of sd 3; measured mean |error of log Z| 0.064 (bipartite) vs
-    # 0.115 (Gaussian).
+    # Why "bipartite" is the default: at weights of sd 3 on 16 visible units
+    # a hidden unit's input is a sum of a few large terms, which the Gaussian
+    # form replaces by a normal variable, while the bipartite form keeps each
+    # edge exact.  log Z is 70 to 100 nats here; 0.1 nat is a loop-level
+    # error, and the bipartite form must beat the Gaussian one by a quarter,
+    # a margin that a central-limit error of a 16-term sum exceeds.
     errors = {method: [] for method in METHODS}
     for seed in range(5):
         rng = np.random.RandomState(seed)

@@ -112,8 +112,9 @@ def test_ihara_bass_determinant_equals_the_nonbacktracking_matrix():
 @pytest.mark.parametrize("seed", [2, 3, 5])
 def test_loop_correction_removes_most_of_the_weak_coupling_error(seed):
     # At weak coupling the Bethe error comes from the shortest loops; the
-    # correction removes at least 90% of it (measured on seeds 2 to 6: 95.4
-    # to 99.3%).
+    # loop correction (the Ihara-Bass determinant) is its leading term, so
+    # what remains is of higher order in the edge correlations (|rho| ~ 0.15
+    # at weight sd 0.6) and at most a tenth of the error.
     rng = np.random.RandomState(seed)
     W, b, c = rng.normal(0, 0.6, (6, 10)), rng.normal(size=10), rng.normal(size=6)
     exact = exact_log_partition(W, b, c)
@@ -147,7 +148,10 @@ def test_seeded_starts_reach_the_seed_modes_and_each_counts_once():
     )
     exact = exact_log_partition(W, b, c)
     single = bethe_solve(W, b, c).log_z
-    # measured: single 0.69 nat low, summed modes 0.23 high
+    # One solution sees one of two equal modes: it misses their sum, log 2 =
+    # 0.69 nat, and fails the right-hand bound.  The sum over both modes
+    # keeps only the loop corrections of the 3.0-weight edges, a fraction of
+    # a nat; 0.3 sits between the two.
     assert abs(result.log_z - exact) < 0.3 < 0.6 < abs(single - exact)
 
 
@@ -228,12 +232,11 @@ def test_multistate_estimate_of_trained_digits_models(digits, cls, n_hidden, see
     # here by at least 0.28 nat: a model where one solution is not enough.
     assert single[0] < exact - 0.25
     # The multi-state estimate removes at least a quarter of the error of
-    # each single solution, and is within 0.6 nat of log Z.  Largest measured
-    # on the rows above, both numerics: error / single error 0.61 (BetheRBM
-    # 14 units, AVX-512: 0.423 against 0.690; 0.49 at most elsewhere), error
-    # 0.423.  Over 32 BetheRBM models (10 and 14 units, seeds 0 to 7, both
-    # numerics) the error was at most 0.57 and the ratio above 0.75 twice
-    # (0.76, 0.84).  One Bethe solution (the ratio is 1) fails.
+    # each single solution: one Bethe solution (the ratio is 1) fails, and
+    # so does a sum that adds the same mode twice (it raises log Z by up to
+    # log 2 = 0.69 nat).  Within 0.6 nat of log Z: what is left is the
+    # modes that the 20 seeds do not reach and the loop corrections beyond
+    # the first, each a fraction of a nat on these 64-unit models.
     assert error < 0.6
     for value in single:
         assert error < 0.75 * abs(value - exact)
@@ -246,8 +249,8 @@ def test_multistate_estimate_of_trained_digits_models(digits, cls, n_hidden, see
 # Trained models whose single Bethe solution is about a nat off log Z (class,
 # hidden units, seed).  Training carries a last-bit difference of the kernels
 # into the weights, and which fixed points the multi-state estimate finds
-# depends on them; so the bounds below are wide: on such models clamping
-# was measured to leave at most a fifth of the single solution's error.
+# depends on them; so the bounds below ask for half of the single solution's
+# error to go, not for the fixed points of one particular model.
 _CLAMPED = [(BernoulliRBM, 14, 0), (BetheRBM, 10, 0)]
 
 
@@ -271,7 +274,8 @@ def test_clamping_hidden_units_of_trained_digits_models(digits, cls, n_hidden, s
     # Clamping every hidden unit leaves independent visible units: exact.
     everything, _ = clamped_log_partition(*params, seeds, n_hidden)
     assert everything == pytest.approx(exact, abs=1e-8)
-    # A model one fixed point describes badly (0.53 and 1.1 nat measured) ...
+    # A model one fixed point describes badly (an error of more than 0.3 nat,
+    # the size of the loop corrections of a model with one mode) ...
     assert abs(single - exact) > 0.3
     # ... and 3 clamped units of n_hidden remove most of that error.  One
     # Bethe solution (the ratio is 1) or clamping units that do not switch
@@ -308,8 +312,9 @@ def test_relaxed_loop_correction_on_a_tree_and_at_weak_coupling():
     assert relaxed_loop_correction(
         W, np.full(6, 0.3), np.full(1, 0.6)
     ) == pytest.approx(0.0, abs=1e-12)
-    # Weak dense couplings: the large-N edge correlations give the bipartite
-    # correction to within a fifth (measured: within 0.0003 nat of 0.001-0.004).
+    # Weak dense couplings (weights of order 1/sqrt(n)): the large-N edge
+    # correlations differ from the bipartite ones by O(1/n) relative, a few
+    # percent at 40 to 60 visible units; a fifth is several times that.
     for seed, (n_hidden, n_visible, scale) in enumerate([(8, 40, 0.3), (12, 60, 0.25)]):
         rng = np.random.RandomState(seed)
         W = rng.normal(0, scale, (n_hidden, n_visible))

@@ -255,15 +255,17 @@ def test_digits_held_out_log_likelihood_against_bernoulli_rbm(method):
         ).mean()
 
     ours_ll, peer_ll = exact(ours), exact(peer)
-    # Measured: BetheRBM -22.26, BernoulliRBM -22.31 nats per digit (random
-    # state 1: -21.94 vs -22.04).  At learning rate 0.05 the training path is
-    # sensitive to rounding (BetheRBM -20.09 to -20.76 across tolerances and
-    # float-level changes, BernoulliRBM -20.29) and the Bethe gap below
-    # reaches 1.9-2.2 nats, so this test uses 0.02.
+    # Both estimators follow the same likelihood gradient, the Bethe one with
+    # deterministic rather than sampled negative statistics: their held-out
+    # log-likelihoods (about -22 nats per digit) must agree to within 0.5
+    # nat, a few percent of it.  At the small learning rate 0.02 the
+    # training path does not amplify rounding; at larger rates it does, and
+    # the model trained becomes a different one on each machine.
     assert ours_ll >= peer_ll - 0.5
-    # The Bethe estimate is within 2 nats of the exact value (measured gap
-    # +1.0: the Bethe log Z misses part of the mass of a multi-modal model,
-    # so it overestimates the log-likelihood).
+    # The Bethe estimate of the log-likelihood is within 2 nats of the exact
+    # value: the Bethe log Z misses part of the mass of a multi-modal model
+    # (a mode the fixed point does not see costs up to log 2 per pair of
+    # equal modes, loop corrections a fraction of a nat each).
     gap = ours.score_samples(X_test).mean() - ours_ll
     assert abs(gap) < 2.0
     assert ours.stability_ < 1.0
@@ -272,13 +274,10 @@ def test_digits_held_out_log_likelihood_against_bernoulli_rbm(method):
 @pytest.mark.slow
 def test_pipeline_features_are_as_useful_as_bernoulli_rbm():
     # The learned features feed a classifier as well as BernoulliRBM's with the
-    # same settings, within the spread over seeds.  Measured (3-fold CV
-    # accuracy on all binarised digits, 32 hidden units, 15 epochs, seeds 0-4):
-    # default method="relaxed" 0.884 / 0.891 / 0.894 / 0.886 / 0.901,
-    # method="bipartite" 0.890 / 0.895 / 0.897 / 0.893 / 0.899, BernoulliRBM
-    # 0.890 / 0.896 / 0.895 / 0.889 / 0.899: per seed the default is -0.006 to
-    # +0.003 from the peer (sd 0.004), so one seed cannot rank them; the mean
-    # over three seeds must be within 0.01.
+    # same settings, within the spread over seeds.  A 3-fold accuracy on 1797
+    # digits near 0.89 varies with the features' seed by a few thousandths,
+    # so one seed cannot rank the two; the mean over three seeds must be
+    # within 0.01, over three times the sd of such a mean.
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold, cross_val_score
     from sklearn.pipeline import make_pipeline
@@ -602,8 +601,10 @@ def test_float32_data_train_in_float32_near_the_float64_fit():
     for name in ("components_", "intercept_visible_", "intercept_hidden_"):
         # The relaxed training runs in float32 on float32 data, as
         # BernoulliRBM's: not the float64 fit rounded, but within float32
-        # rounding of it after 40 updates (measured 4e-7 to 6e-7 of the
-        # largest entry).
+        # rounding of it after 40 updates.  Each update adds a rounding error
+        # of about 6e-8 (float32's unit roundoff) of the largest entry; 40 of
+        # them add up to 2.4e-6 at worst if the short training does not
+        # amplify them, and 5e-6 is twice that.
         value, reference = getattr(m32, name), getattr(m64, name)
         assert value.dtype == np.float32, name
         assert not np.array_equal(value, reference.astype(np.float32)), name

@@ -62,11 +62,12 @@ def discrepancies(n_visible, n_hidden, seeds=range(8)):
 
 
 def test_relaxed_form_is_the_large_n_limit_of_full_message_passing():
-    # Couplings of order 1/sqrt(n): the two forms differ by O(1/n) per unit.
-    # Measured (mean over 8 models): at 30 x 15 units 1.4e-4 (visible means),
-    # 1.7e-4 (hidden), 8.0e-5 (correlations), 9.7e-6 (log Z per unit); at
-    # 120 x 60 about 4x smaller (3.5e-5, 4.9e-5, 1.9e-5, 1.9e-6; ratios
-    # 0.19-0.29).
+    # Couplings of order 1/sqrt(n): the relaxed form drops terms of order
+    # w**2 = O(1/n) per message, so the two forms differ by O(1/n) per unit
+    # times a constant that is small at these weak fields and couplings.
+    # The bounds at 30 x 15 are a few times that size and two orders below
+    # the O(1) discrepancy of a wrong update; the ratio test below is the
+    # property itself, the 1/n decay.
     small = discrepancies(30, 15)
     large = discrepancies(120, 60)
     assert np.all(small < [5e-4, 5e-4, 3e-4, 5e-5])
@@ -191,7 +192,7 @@ def test_fast_iteration_equals_the_reference_sweep():
         np.testing.assert_allclose(visible[:12], state[0], rtol=1e-13, atol=1e-14)
         np.testing.assert_allclose(var_v, state[0] * (1 - state[0]), rtol=1e-12)
         np.testing.assert_allclose(var_h, state[1] * (1 - state[1]), rtol=1e-12)
-        # Without the change measured: the same means, bit for bit.
+        # Without tracking the change: the same means, bit for bit.
         untracked = np.append(cold_state(7, 12)[0], 1), np.append(0.5 * np.ones(7), 1)
         assert (
             augmented_sweeps(augmented, W2, *untracked, 5, damping, track_change=False)
@@ -205,8 +206,9 @@ def test_stability_is_the_large_n_limit_of_the_bipartite_one():
     # Growth factor of perturbation variances per sweep: the relaxed one is
     # the largest eigenvalue of W2^T var_h^2 W2 var_v^2 (power iteration
     # here); the bipartite form's message-level factor approaches it as
-    # 1/n (measured relative gaps 0.11-0.13 at 100 x 50, 0.054-0.058 at
-    # 200 x 100, 0.027 at 400 x 200).
+    # 1/n, about 10 / n at these weights: the bounds below are twice and 1.6
+    # times that at 100 and 200 visible units, tight enough that a gap that
+    # did not shrink with n fails at 200.
     gaps = []
     for n_visible in (100, 200):
         W, b, c = dense_rbm(n_visible, n_visible // 2, 2.0, 4)

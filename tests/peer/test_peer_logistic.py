@@ -61,7 +61,9 @@ def test_predict_iris_string_labels():
     pred = clf.predict(scale(IRIS.data))
     assert pred.dtype == names.dtype
     # One-vs-rest with a linear boundary: versicolor against the rest is not
-    # linearly separable (measured training accuracy 0.853).
+    # linearly separable, so part of versicolor and virginica is confused;
+    # 0.8 leaves a fifth of the samples to that overlap, while losing one of
+    # the three classes scores at most 0.67.
     assert np.mean(pred == names) > 0.8
     proba = clf.predict_proba(scale(IRIS.data))
     assert_allclose(proba.sum(axis=1), 1.0)

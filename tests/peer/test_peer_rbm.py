@@ -62,8 +62,11 @@ def digits_fit():
 
 def test_fit(digits_fit):
     rbm, X = digits_fit
-    # The peer's -21 is a pseudo-likelihood: measured with the peer's own
-    # score on BetheRBM's weights, -20.07 (BernoulliRBM's fit: -21).
+    # The peer's -21 is a pseudo-likelihood, computed here with the peer's
+    # own score on BetheRBM's weights; decimal=0 accepts 1.5 nats either
+    # side, the peer's tolerance.  Bethe training follows the same gradient
+    # with deterministic negative statistics, so its model is as good by
+    # this measure.
     assert_almost_equal(_pseudo_likelihood(rbm, X, 9).mean(), -21.0, decimal=0)
     # in-place tricks shouldn't have modified X
     assert_array_equal(X, Xdigits)
@@ -72,8 +75,8 @@ def test_fit(digits_fit):
 @pytest.mark.xfail(
     strict=True,
     reason="pseudo-likelihood number: BetheRBM.score_samples is the Bethe "
-    "log-likelihood -F(v) - log Z (-25.87 here), not the pseudo-likelihood "
-    "(-20.07 for the same weights)",
+    "log-likelihood -F(v) - log Z, not the pseudo-likelihood the peer's "
+    "number measures",
 )
 def test_fit_score_samples_number(digits_fit):
     rbm, X = digits_fit
@@ -99,7 +102,8 @@ def digits_partial_fit():
 @pytest.mark.slow
 def test_partial_fit(digits_partial_fit):
     rbm, X = digits_partial_fit
-    # Measured: -21.04 with the peer's pseudo-likelihood on BetheRBM's weights.
+    # The peer's pseudo-likelihood on BetheRBM's weights, within the peer's
+    # 1.5 nats: partial_fit follows the same gradient as fit.
     assert_almost_equal(_pseudo_likelihood(rbm, X, 9).mean(), -21.0, decimal=0)
     assert_array_equal(X, Xdigits)
 
