@@ -10,18 +10,16 @@ import pytest
 from sklearn.gaussian_process.kernels import RBF
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 
-from sklearn_meanfield.tap._core import (
-    KernelPosterior,
-    PriorVariance,
-    WeightSpacePosterior,
+from sklearn_meanfield.tap._ep import expectation_propagation
+from sklearn_meanfield.tap._evidence import (
     ep_evidence_gradient,
     ep_label_noise_gradient,
-    expectation_propagation,
-    mean_field_iteration,
-    positive_site_weights,
-    weighted_error_rate,
 )
 from sklearn_meanfield.tap._likelihoods import NoisyStepLikelihood, make_likelihood
+from sklearn_meanfield.tap._mean_field import PriorVariance, mean_field_iteration
+from sklearn_meanfield.tap._posterior import KernelPosterior
+from sklearn_meanfield.tap._weight_space import WeightSpacePosterior
+from sklearn_meanfield.tap._weights import positive_site_weights, weighted_error_rate
 
 LIKELIHOODS = [
     ("probit", 0.0),
@@ -341,9 +339,8 @@ def test_weighted_error_rate_counts_each_point_by_its_weight():
 
 def test_noise_free_step_weights_below_one_change_nothing():
     # Theta**w = Theta: a noise-free step site of weight below one is the
-    # unweighted site (plain EP on p**w), not a power above one.  Before,
-    # weights 0.3 left improper cavities and a perceptron that fitted
-    # nothing (training accuracy 0.2).
+    # unweighted site (plain EP on p**w), not a power above one, whose
+    # cavities would be improper.
     X, t, w = _problem(16, 9)
     K = (C(2.0) * RBF(0.9))(X)
     likelihood = make_likelihood("step", 0.0)

@@ -13,9 +13,10 @@ from sklearn.linear_model import LogisticRegressionCV, Perceptron
 
 from sklearn_meanfield import TAPGaussianProcessClassifier, TAPPerceptronClassifier
 from sklearn_meanfield.tap import _weight_space
-from sklearn_meanfield.tap._core import WeightSpacePosterior, expectation_propagation
+from sklearn_meanfield.tap._ep import expectation_propagation
 from sklearn_meanfield.tap._fallback import powered_label_noise as _powered_label_noise
 from sklearn_meanfield.tap._likelihoods import LABEL_NOISE_BOUNDS, NoisyStepLikelihood
+from sklearn_meanfield.tap._weight_space import WeightSpacePosterior
 
 
 def _teacher_data(n_samples, n_features, seed, flip=0.0, n_test=0):
@@ -67,9 +68,10 @@ def test_posterior_mean_and_predictions_match_exact_bayes(n_features, n_samples,
 
 
 def test_builtin_loo_matches_refits():
-    # The cavity argument is exact as N grows (mean-field regime).  Measured
-    # largest per-point gaps: 0.005-0.009 at N = 100 (m = 80, 150); 0.041 at
-    # N = 30 (m = 70), where it is an approximation, not a bug.
+    # The cavity argument becomes exact as N grows (each weight's share of a
+    # field shrinks as 1 / sqrt(N)): at N = 100 a refit moves the other
+    # sites by well under 0.02 in probability.  At small N it is an
+    # approximation, so the test stays in the mean-field regime.
     X, y, _, _, _ = _teacher_data(150, 100, 5, flip=0.05)
     params = dict(label_noise=0.05, tol=1e-9)
     model = TAPPerceptronClassifier(**params).fit(X, y)
@@ -115,9 +117,9 @@ def test_weight_space_blocks_match_the_dual_solution(monkeypatch):
 
 
 def _misspecified_data(n_samples, n_features, seed):
-    # 20% of the labels flipped, fitted with label_noise=0.05: plain parallel
-    # EP stalls on such data (measured residual 0.1-0.7 for hundreds of
-    # sweeps at m = 500-10,000, N = 50; here m = 150, N = 15).
+    # 20% of the labels flipped, fitted with label_noise=0.05: the
+    # misspecified noise makes the likelihood far from log-concave where the
+    # data contradict it, and plain parallel EP stalls.
     return _teacher_data(n_samples, n_features, seed, flip=0.2, n_test=100)
 
 
@@ -427,12 +429,11 @@ def test_loo_under_weights_matches_refits_without_the_sample():
             X[keep], y[keep], sample_weight=w[keep]
         )
         brute[i] = refit.predict_proba(X[i : i + 1])[0]
-    # Measured: largest gap 0.076, mean 0.021 (unweighted on the same data:
-    # 0.022 / 0.0034).  The weighted data stand for 180 samples, a third of
-    # them in copies whose sites move together when one point leaves; the
-    # cavity (exactly the posterior without the whole site, see
-    # tests/test_tap_core_weights.py) ignores that readjustment, as it does
-    # without weights.
+    # The weighted data stand for 180 samples, a third of them in copies
+    # whose sites move together when one point leaves; the cavity (exactly
+    # the posterior without the whole site, see test_tap_core_weights.py)
+    # ignores that readjustment, as it does without weights but more so:
+    # hence bounds a few times those of the unweighted comparison.
     gap = np.abs(model.loo_proba_ - brute)[:, 1]
     assert np.max(gap) < 0.1
     assert np.mean(gap) < 0.03
@@ -463,7 +464,7 @@ def test_class_weight_is_the_equivalent_sample_weight():
     )
     np.testing.assert_allclose(as_dict.coef_, reference.coef_, rtol=1e-9)
     # Two overlapping classes, 50 against 12: unweighted, the small class
-    # is never predicted (measured recall 0); balanced, most of it is (0.83).
+    # is (almost) never predicted; balanced, most of it is.
     X_iris, y_iris = load_iris(return_X_y=True)
     rows = np.r_[50:100, 100:112]
     X2, y2 = X_iris[rows, :2], y_iris[rows]
@@ -586,8 +587,8 @@ def test_predict_log_proba_is_accurate_in_the_tails():
 
 @pytest.mark.parametrize("scale", [1e300, 1e-300])
 def test_extreme_input_scales(scale):
-    # Issue 21 item 3: at 1e300 the squares overflowed (zero coef_,
-    # probabilities 0.5).  The noise-free step sees only the sign of the
+    # At 1e300 the inputs' squares overflow unless the fields are rescaled
+    # (an exact change of units).  The noise-free step sees only the sign of the
     # field, so without an intercept the posterior of the weights w (prior
     # N(0, I), field w . x / sqrt(N)) does not depend on the inputs' scale:
     # the same coef_ and the same probabilities.
@@ -643,10 +644,9 @@ def test_callback_stop_keeps_the_best_iterate_and_warns():
 
 
 def test_weights_below_one_keep_the_noise_free_fit():
-    # Regression: class-0 weights 0.3 on noise-free data used to give a
-    # power above one in EP, improper cavities and a model predicting one
-    # class (training accuracy 0.22).  Theta**0.3 = Theta: the fit is the
-    # unweighted one.
+    # Class-0 weights 0.3 on noise-free data: as a power above one in EP
+    # they would leave improper cavities.  Theta**0.3 = Theta: the fit is
+    # the unweighted one.
     X, y, _, _, teacher = _teacher_data(60, 10, 3)
     y = (X @ teacher > 0.8 * np.linalg.norm(teacher)).astype(int)
     sample_weight = np.where(y == 0, 0.3, 1.0)
@@ -661,7 +661,7 @@ def test_weights_below_one_keep_the_noise_free_fit():
 def test_identical_samples_are_grouped_exactly(fmt):
     from scipy import sparse
 
-    from sklearn_meanfield.tap._core import merge_identical_points
+    from sklearn_meanfield.tap._merging import merge_identical_points
 
     rng = np.random.RandomState(12)
     base = np.where(rng.rand(30, 4) < 0.4, 0.0, rng.randn(30, 4))
@@ -691,10 +691,9 @@ def test_identical_samples_are_grouped_exactly(fmt):
 
 
 def test_all_zero_inputs_without_intercept_are_left_out():
-    # Regression: a sample whose inputs are all zero has a field that is
-    # identically zero without an intercept (prior variance 0); its site
-    # broke the equations (3 sweeps, training accuracy 0.65, NaN in
-    # loo_proba_).  Its likelihood does not depend on w, so the fit is the
+    # A sample whose inputs are all zero has a field that is identically
+    # zero without an intercept (prior variance 0), and a site would break
+    # the equations.  Its likelihood does not depend on w, so the fit is the
     # fit without it, and its leave-one-out prediction is the model's, 1/2.
     X, y, _, _, _ = _teacher_data(60, 5, 13, flip=0.05)
     X[[4, 17]] = 0.0
@@ -717,7 +716,7 @@ def test_closures_leave_one_copy_of_repeated_samples_out(variance):
     # k copies leaves one copy out: the reaction term of one copy, which
     # is the closure run on the repeated rows themselves.
     from sklearn_meanfield.tap._binary_perceptron import _IsotropicVariance
-    from sklearn_meanfield.tap._core import PriorVariance, mean_field_iteration
+    from sklearn_meanfield.tap._mean_field import PriorVariance, mean_field_iteration
 
     X, y, w = _weighted_problem(14, n_samples=30)
     w = np.maximum(w, 1.0)

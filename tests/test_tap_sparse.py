@@ -13,25 +13,25 @@ import tracemalloc
 import numpy as np
 import pytest
 from dask_helpers import local_dask_client
+from references import (
+    GaussianLikelihood,
+    fitc_evidence_gradient,
+    fitc_inducing_gradient,
+    fitc_kernel_gradient,
+    fitc_kernel_inducing_gradient,
+)
 from scipy.linalg import LinAlgError
 from scipy.stats import multivariate_normal
 from sklearn.gaussian_process.kernels import RBF as _RBF
 from sklearn.gaussian_process.kernels import ConstantKernel as _C
 
-from sklearn_meanfield.tap._core import (
-    KernelPosterior,
-    PriorVariance,
-    expectation_propagation,
-    mean_field_iteration,
-)
-from sklearn_meanfield.tap._likelihoods import GaussianLikelihood, make_likelihood
+from sklearn_meanfield.tap._ep import expectation_propagation
+from sklearn_meanfield.tap._likelihoods import make_likelihood
+from sklearn_meanfield.tap._mean_field import PriorVariance, mean_field_iteration
+from sklearn_meanfield.tap._posterior import KernelPosterior
 from sklearn_meanfield.tap._sparse import (
     FITCPosterior,
     fitc_evidence_adjoints,
-    fitc_evidence_gradient,
-    fitc_inducing_gradient,
-    fitc_kernel_gradient,
-    fitc_kernel_inducing_gradient,
     kernel_second_argument_gradient,
 )
 
@@ -330,10 +330,9 @@ def test_cavity_is_the_sparse_models_prediction_without_the_site():
 
 def test_leave_one_out_is_close_to_refits_of_the_sparse_model():
     # Refitting without point i (same inducing inputs and kernel) moves the
-    # other sites, which the cavity ignores: close, not equal.  Measured here
-    # (probit): max gap 0.0043, mean 0.0013 (0.0043 / 0.0014 with label noise
-    # 0.1, logistic 0.0015 / 0.0005); exact TAP on 50 points in
-    # tests/test_tap_gpc.py: 0.006 / 0.0015.
+    # other sites, which the cavity ignores: close, not equal.  The bounds
+    # are those of exact TAP against its refits (test_tap_gpc.py): the
+    # sparse prior changes the model, not the cavity argument.
     X, t = _data(50, 15)
     Z = X[:12] + 0.1
     like = make_likelihood("probit", 0.0)
@@ -604,7 +603,7 @@ def test_solve_never_allocates_an_n_by_n_matrix(block_size):
 
 
 def test_ep_and_gradient_with_blocks_on_a_dask_cluster_equal_the_local_ones():
-    # The distribution issue 17 asks for: each worker whitens and keeps its
+    # Scale-out: each worker whitens and keeps its
     # own rows (DaskBlocks), EP's sweeps and the evidence gradient map over
     # the blocks and only m x m summaries (and the blocks' site vectors)
     # travel; the same partition here (LocalBlocks) gives the same numbers.

@@ -28,17 +28,13 @@ from sklearn.utils.validation import _num_samples
 
 from .._parallel import blas_threads_for_matrix, run_parallel, select_best
 from .._progress import ProgressReporter
-from ._core import (
-    KernelPosterior,
-    PriorVariance,
-    ep_evidence_gradient,
-    ep_label_noise_gradient,
-    mean_field_iteration,
-)
+from ._evidence import ep_evidence_gradient, ep_label_noise_gradient
 from ._fallback import ep_with_fallback
 from ._hooks import print_sweeps, sweep_steps
 from ._kernels import ignores_inputs, length_scale_outside_bounds, with_length_scale
 from ._likelihoods import LABEL_NOISE_BOUNDS, make_likelihood
+from ._mean_field import PriorVariance, mean_field_iteration
+from ._posterior import KernelPosterior
 
 __all__ = [
     "LABEL_NOISE_BOUNDS",
@@ -129,11 +125,11 @@ def _solve(
 ):
     """Run EP (adaptive TAP) on a posterior, fractional EP where it stalls.
 
-    ``posterior`` is a :class:`~sklearn_meanfield.tap._core.KernelPosterior`
+    ``posterior`` is a :class:`~sklearn_meanfield.tap._posterior.KernelPosterior`
     (the exact model) or a compatible one (the sparse model's
     :class:`~sklearn_meanfield.tap._sparse.FITCPosterior`).
     ``start`` holds warm-start sites (see
-    :func:`~sklearn_meanfield.tap._core.expectation_propagation`),
+    :func:`~sklearn_meanfield.tap._ep.expectation_propagation`),
     ``on_iteration`` sees every sweep (and may stop the solve at its best
     iterate), ``log`` prints the fallback's notices; ``weights`` are the site
     weights (None: all one).  The step likelihood falls back on fractional

@@ -13,8 +13,9 @@ again), so the probit and the logistic keep plain EP.
 from dataclasses import replace
 from functools import partial
 
-from ._core import EPOptions, EPState, _finish, expectation_propagation
+from ._ep import EPOptions, expectation_propagation, finish_ep
 from ._likelihoods import NoisyStepLikelihood
+from ._sweep import EPState
 
 __all__ = [
     "FRACTIONAL_PATIENCE",
@@ -26,12 +27,12 @@ __all__ = [
 ]
 
 # Plain parallel EP that has not halved its residual in this many sweeps is
-# stalled (measured: it then stays at residual 0.1-0.7 for hundreds of sweeps).
+# stalled: it then tends to stay where it is for hundreds of sweeps.
 PLAIN_EP_PATIENCE = 25
 # The fallback for stalled plain EP: fractional EP with a step per site, from
-# the same start, at these powers in turn (measured on misspecified noisy
-# problems, N = 50, m = 500-10,000: converged in 100-320 sweeps where plain EP
-# stalled; power 0.25 where 0.5 did not, at label_noise 0.01).
+# the same start, at these powers in turn.  A smaller power gives stabler fixed
+# points for likelihoods that are not log-concave (misspecified noisy
+# problems); 0.25 converges on some where 0.5 does not.
 FRACTIONAL_POWERS = (0.5, 0.25)
 FRACTIONAL_PATIENCE = 100
 
@@ -121,13 +122,13 @@ def ep_with_fallback(
     alpha-divergence projection with alpha = power).  A likelihood that
     cannot be raised to a power (:func:`powered_likelihood` is None) gets
     plain EP alone, without patience: exactly
-    :func:`~sklearn_meanfield.tap._core.expectation_propagation`.
+    :func:`~sklearn_meanfield.tap._ep.expectation_propagation`.
 
     Parameters
     ----------
     posterior, t, likelihood, options, start, site_weights, on_iteration, \
 **overrides
-        As for :func:`~sklearn_meanfield.tap._core.expectation_propagation`
+        As for :func:`~sklearn_meanfield.tap._ep.expectation_propagation`
         (every run uses the warm starts, ``max_iter``, ``tol`` and
         ``damping``; the ladder sets ``power``, ``site_steps`` and
         ``patience``).
@@ -151,7 +152,7 @@ def ep_with_fallback(
     fallback only runs where it stalls):
 
     >>> import numpy as np
-    >>> from sklearn_meanfield.tap._core import KernelPosterior
+    >>> from sklearn_meanfield.tap._posterior import KernelPosterior
     >>> from sklearn_meanfield.tap._fallback import ep_with_fallback
     >>> from sklearn_meanfield.tap._likelihoods import make_likelihood
     >>> x = np.array([-1.0, 0.0, 1.0])
@@ -202,7 +203,7 @@ def _fractional_ladder(run, t, likelihood, options, solution, log):
         )
         n_iter += powered.n_iter
         # Whole-site cavities, log Z and evidence with the likelihood itself.
-        solution = _finish(
+        solution = finish_ep(
             EPState(powered.tau, powered.nu, powered.posterior),
             t,
             likelihood,

@@ -9,13 +9,11 @@ small probe of the rows under :mod:`tracemalloc` (numpy reports its
 allocations there), at two probe sizes so that the rows' own O(n) arrays are
 told apart from the O(n^2) ones.
 
-The solver's share was measured as peak resident memory above the kernel
-matrix with the EP solvers of :mod:`sklearn_meanfield.tap._core` (in units
-of 8 n^2, n = 1000-2000): 3.1-5.2 n x n arrays for a solve, depending on the
-likelihood, and 4.2 for the evidence gradient on top of the kernel and its
-gradient.  A fitted problem keeps one n x n factor for its predictive
-variances.  ``tests/test_gp_footprint.py`` holds the estimate against the
-measured peak resident memory of whole fits.
+The solver's share is a count of n x n arrays per solve of the EP solvers
+of :mod:`sklearn_meanfield.tap._ep`, by likelihood, and for the evidence
+gradient on top of the kernel and its gradient; a fitted problem keeps one
+n x n factor for its predictive variances.  ``tests/test_gp_footprint.py``
+holds the estimate against the peak resident memory of whole fits.
 """
 
 import tracemalloc
@@ -24,11 +22,10 @@ from .._memory import check_memory, format_bytes
 
 __all__ = ["gp_fit_peak_bytes", "check_gp_fit_memory"]
 
-# Peak resident memory of an EP solve above the kernel matrix, in n x n arrays,
-# measured (VmHWM, one BLAS thread, n = 1000-2000): probit 3.1, logistic 2.4,
-# the noisy step 5.2 (its negative sites keep a second factor).  numpy's own
-# arrays account for 2.0-3.4 of it; the rest is LAPACK workspace and heap
-# that tracemalloc does not see.
+# Peak resident memory of an EP solve above the kernel matrix, in n x n arrays
+# (peak resident set of solves at n = 1000-2000).  The noisy step needs most:
+# its negative sites keep a second factor.  Part of it is LAPACK workspace and
+# heap that tracemalloc does not see, hence resident memory.
 _EP_WORK = {"probit": 3.1, "logistic": 3.4}
 _EP_WORK_OTHER = 5.2
 _GRADIENT_WORK = 4.2  # ... the evidence gradient above K and its gradient
@@ -59,8 +56,7 @@ def kernel_call_bytes(kernel, X, n_samples, eval_gradient):
     columns, ``X`` not an array, tracemalloc already in use, or the probes
     not in the quadratic regime) three arrays per kernel matrix and gradient
     slice are counted: scikit-learn's kernels make two temporaries of each
-    (measured: 9 arrays for ``ConstantKernel() * RBF()`` with its gradient,
-    21 for an ARD RBF on five inputs, exactly three per array).
+    (9 arrays for ``ConstantKernel() * RBF()`` with its gradient).
     """
     n_arrays = 1 + (kernel.n_dims if eval_gradient else 0)
     counted = 3.0 * 8.0 * n_samples**2 * n_arrays

@@ -1,10 +1,10 @@
 """The TAP shells' ``on_iteration`` callables, built from a progress reporter.
 
-The numerical loops (:func:`~sklearn_meanfield.tap._core.expectation_propagation`,
-:func:`~sklearn_meanfield.tap._core.mean_field_iteration`,
+The numerical loops (:func:`~sklearn_meanfield.tap._ep.expectation_propagation`,
+:func:`~sklearn_meanfield.tap._mean_field.mean_field_iteration`,
 :func:`~sklearn_meanfield.tap._fallback.ep_with_fallback`) know nothing of
 printing or callbacks: after every sweep they call one optional
-``on_iteration(sweep)`` with a :class:`~sklearn_meanfield.tap._core.Sweep`
+``on_iteration(sweep)`` with a :class:`~sklearn_meanfield.tap._sweep.Sweep`
 and stop when it returns True.  The shells build that callable here from
 their :class:`~sklearn_meanfield._progress.ProgressReporter`.
 """
@@ -31,7 +31,7 @@ def print_sweeps(reporter):
     Examples
     --------
     >>> from sklearn_meanfield._progress import ProgressReporter
-    >>> from sklearn_meanfield.tap._core import Sweep
+    >>> from sklearn_meanfield.tap._sweep import Sweep
     >>> from sklearn_meanfield.tap._hooks import print_sweeps
     >>> hook = print_sweeps(ProgressReporter(verbose=2, prefix="Demo"))
     >>> hook(Sweep("EP", 1, 0.5, 0.8))  # doctest: +ELLIPSIS
@@ -65,7 +65,7 @@ def sweep_steps(reporter):
     Examples
     --------
     >>> from sklearn_meanfield._progress import ProgressReporter
-    >>> from sklearn_meanfield.tap._core import Sweep
+    >>> from sklearn_meanfield.tap._sweep import Sweep
     >>> from sklearn_meanfield.tap._hooks import sweep_steps
     >>> hook = sweep_steps(ProgressReporter(verbose=0, prefix="Demo"))
     >>> hook(Sweep("mean-field", 3, 0.01))  # no callbacks: never stops

@@ -23,7 +23,6 @@ __all__ = [
     "PoweredNoisyStep",
     "QuadraturePowered",
     "LogisticLikelihood",
-    "GaussianLikelihood",
     "LABEL_NOISE_BOUNDS",
     "make_likelihood",
 ]
@@ -196,7 +195,7 @@ class NoisyStepLikelihood:
         (:class:`PoweredNoisyStep`); the probit is integrated by quadrature
         (:class:`QuadraturePowered`).  The EP core uses it for sites of
         weight below one (see
-        :func:`~sklearn_meanfield.tap._core.expectation_propagation`).
+        :func:`~sklearn_meanfield.tap._ep.expectation_propagation`).
 
         Parameters
         ----------
@@ -402,7 +401,7 @@ class QuadraturePowered:
     """``p(t | h)**e`` for a probit or logistic likelihood, by quadrature.
 
     Sites of weight below one are plain EP on ``p**w`` (see
-    :func:`~sklearn_meanfield.tap._core.expectation_propagation`), whose
+    :func:`~sklearn_meanfield.tap._ep.expectation_propagation`), whose
     tilted distribution ``N(h; m, v) p(t h)**e`` has no closed form for these
     likelihoods.  In the cavity's standard units ``xi = (t h - t m) /
     sqrt(v)`` its log density ``-xi**2 / 2 + e log p`` is smooth; the
@@ -535,40 +534,6 @@ class QuadraturePowered:
             gradient = gradient.copy()
             gradient[low] = e * np.sum(weights * ratio, axis=1)
         return gradient
-
-
-class GaussianLikelihood:
-    """``p(y | h) = N(y; h, noise_var)``: the Gaussian site is exact.
-
-    Used to check the EP machinery against Gaussian-process regression.
-
-    Parameters
-    ----------
-    noise_var : float > 0
-        Variance of the Gaussian observation noise.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_meanfield.tap._likelihoods import GaussianLikelihood
-    >>> gauss = GaussianLikelihood(noise_var=1.0)
-    >>> log_z, first, second = gauss.moments(
-    ...     np.array([1.0]), np.array([0.0]), np.array([1.0]))
-    >>> float(first[0]), float(second[0])  # residual / s and 1 / s, s = 2
-    (0.5, 0.5)
-    """
-
-    def __init__(self, noise_var):
-        self.noise_var = float(noise_var)
-
-    def moments(self, y, cavity_mean, cavity_var):
-        """Same contract as :meth:`NoisyStepLikelihood.moments`."""
-        s = cavity_var + self.noise_var
-        residual = y - cavity_mean
-        log_z = -0.5 * residual**2 / s - 0.5 * np.log(s) - LOG_SQRT_2PI
-        first = residual / s
-        second = np.full_like(first, 1.0) / s
-        return log_z, first, second
 
 
 # ``label_noise="auto"`` (both classifiers) searches the label noise on a log

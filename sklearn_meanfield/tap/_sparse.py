@@ -36,7 +36,7 @@ caller, so both give the same numbers.  EP's sweep is parallel over sites
 (every cavity comes from the same posterior), so the block partition does
 not change the iteration either.
 
-The EP loop of :mod:`._core` runs on :class:`FITCPosterior` unchanged.  Its
+The EP loop of :mod:`._ep` runs on :class:`FITCPosterior` unchanged.  Its
 cavities are the leave-one-out predictive distributions of the sparse model
 as exactly as in the full model: the cavity of ``h_i`` is the FITC predictive
 at ``x_i`` (``Q`` part plus the diagonal correction ``d_i``) given every
@@ -78,10 +78,6 @@ __all__ = [
     "block_marginals",
     "block_adjoints",
     "fitc_evidence_adjoints",
-    "fitc_evidence_gradient",
-    "fitc_kernel_gradient",
-    "fitc_inducing_gradient",
-    "fitc_kernel_inducing_gradient",
     "fitc_search_gradient",
     "kernel_second_argument_gradient",
 ]
@@ -339,7 +335,7 @@ def block_marginals(U_b, d_b, tau_b, nu_b, chol_A, mean_w):
 class FITCSolution:
     """The posterior of the fields under the FITC prior for given sites.
 
-    Same contract as the kernel posterior's solutions of :mod:`._core`
+    Same contract as the kernel posterior's solutions of :mod:`._posterior`
     (``mean``, ``var``, ``logdet``, ``variance_reduction``, ``release``),
     where the cross-covariances of new points are taken with the *inducing*
     points: the FITC prior links a new field to the training fields only
@@ -449,8 +445,8 @@ class FITCSolution:
     def site_correction(self):
         """Not available: it is an ``n x n`` matrix (use the adjoints)."""
         raise NotImplementedError(
-            "S - S Sigma S is n x n; the FITC evidence gradient is "
-            "fitc_evidence_gradient (O(n m^2))."
+            "S - S Sigma S is n x n; the FITC evidence gradient comes from "
+            "fitc_evidence_adjoints (O(n m^2))."
         )
 
     def release(self):
@@ -463,9 +459,9 @@ class FITCSolution:
 class FITCPosterior:
     """The Gaussian posterior of the fields for the FITC prior ``Q + D``.
 
-    A drop-in for :class:`~sklearn_meanfield.tap._core.KernelPosterior` in
-    :func:`~sklearn_meanfield.tap._core.expectation_propagation` and
-    :func:`~sklearn_meanfield.tap._core.mean_field_iteration` whose
+    A drop-in for :class:`~sklearn_meanfield.tap._posterior.KernelPosterior` in
+    :func:`~sklearn_meanfield.tap._ep.expectation_propagation` and
+    :func:`~sklearn_meanfield.tap._mean_field.mean_field_iteration` whose
     ``solve`` costs ``O(n m^2)`` time and ``O(n m)`` memory, for site
     precisions of either sign (see the module docstring).
 
@@ -498,7 +494,7 @@ class FITCPosterior:
     The sparse posterior equals the dense one on the explicit FITC prior:
 
     >>> import numpy as np
-    >>> from sklearn_meanfield.tap._core import KernelPosterior
+    >>> from sklearn_meanfield.tap._posterior import KernelPosterior
     >>> x, z = np.linspace(-2, 2, 7), np.array([-1.0, 0.5])
     >>> k = lambda a, b: np.exp(-0.5 * (a[:, None] - b[None, :]) ** 2)
     >>> K_nm, K_mm = k(x, z), k(z, z)
@@ -979,7 +975,7 @@ def fitc_evidence_adjoints(solution):
 
     each a sum over row blocks (:func:`block_adjoints`), ``O(n m^2)``.  The
     inducing inputs enter through ``K_mm`` and ``K_nm`` only
-    (:func:`fitc_inducing_gradient`).
+    (:func:`fitc_search_gradient`).
 
     Parameters
     ----------
@@ -1067,11 +1063,14 @@ def _inducing_adjoint(inner, chol_mm):
 def fitc_search_gradient(solution, kernel, Z, inducing=False):
     """The evidence gradient in ``kernel.theta`` (and ``Z``) where the blocks live.
 
-    :func:`fitc_kernel_gradient` and :func:`fitc_kernel_inducing_gradient`
-    of :func:`fitc_evidence_adjoints`, with each block's ``b x m`` adjoint
-    contracted with its kernel derivatives inside the block task: only the
-    blocks' ``m x m`` statistics and ``n_params`` (``m x d``) partial
-    gradients leave them, so the ``n x m`` adjoint is never formed.
+    The adjoints of :func:`fitc_evidence_adjoints` contracted with the
+    kernel's derivatives in ``theta`` (and in ``Z``), each block's ``b x m``
+    adjoint inside its block task: only the blocks' ``m x m`` statistics and
+    ``n_params`` (``m x d``) partial gradients leave them, so the ``n x m``
+    adjoint is never formed.  Derivatives of ``K_nm`` come in closed form for
+    sums, products and powers of Constant, White, DotProduct, RBF, Matern
+    (``nu`` 0.5, 1.5, 2.5, inf) and RationalQuadratic, and are read off the
+    stacked inputs ``[X_b; Z]`` for other kernels (four times the work).
 
     Parameters
     ----------
@@ -1092,25 +1091,27 @@ def fitc_search_gradient(solution, kernel, Z, inducing=False):
 
     Examples
     --------
-    Equal to the gradient of the whole adjoints:
+    The log amplitude of ``ConstantKernel(c) * RBF`` scales every covariance
+    (its derivative is the kernel itself), so its gradient is the adjoints
+    contracted with the covariances:
 
     >>> import numpy as np
     >>> from sklearn.gaussian_process.kernels import RBF, ConstantKernel
-    >>> from sklearn_meanfield.tap._core import expectation_propagation
+    >>> from sklearn_meanfield.tap._ep import expectation_propagation
     >>> from sklearn_meanfield.tap._likelihoods import make_likelihood
     >>> X = np.linspace(-2, 2, 9)[:, None]
     >>> Z = np.array([[-1.0], [0.0], [1.2]])
-    >>> kernel = ConstantKernel(1.5) * RBF(0.7)
+    >>> kernel = ConstantKernel(1.5) * RBF(0.7, "fixed")
     >>> t = np.where(np.sin(2 * X[:, 0]) > 0, 1.0, -1.0)
     >>> solution = expectation_propagation(
     ...     FITCPosterior.from_kernel(kernel, X, Z, block_size=4), t,
     ...     make_likelihood("probit", 0.0), tol=1e-12)
     >>> theta, dZ = fitc_search_gradient(solution, kernel, Z, inducing=True)
-    >>> adjoints = fitc_evidence_adjoints(solution)
-    >>> bool(np.allclose(theta, fitc_kernel_gradient(adjoints, kernel, X, Z))
-    ...      and np.allclose(dZ, fitc_kernel_inducing_gradient(
-    ...          adjoints, kernel, X, Z)))
-    True
+    >>> G_mm, G_nm, g_nn = fitc_evidence_adjoints(solution)
+    >>> direct = (np.sum(G_mm * kernel(Z)) + np.sum(G_nm * kernel(X, Z))
+    ...           + g_nn @ kernel.diag(X))
+    >>> bool(np.allclose(theta, [direct])), dZ.shape
+    (True, (3, 1))
     """
     fitc, posterior = _fitc_parts(solution)
     mean_w, A_inv, inner = _adjoint_start(fitc)
@@ -1136,117 +1137,12 @@ def fitc_search_gradient(solution, kernel, Z, inducing=False):
     return theta, Z_gradient
 
 
-def fitc_evidence_gradient(solution, K_mm_gradient, K_nm_gradient, K_nn_diag_gradient):
-    """Gradient of the FITC-EP log evidence in kernel hyperparameters.
-
-    Parameters
-    ----------
-    solution : TAPSolution or FITCSolution
-        A converged EP solution on a :class:`FITCPosterior`.
-    K_mm_gradient : ndarray of shape (m, m, n_params)
-    K_nm_gradient : ndarray of shape (n, m, n_params)
-    K_nn_diag_gradient : ndarray of shape (n, n_params)
-        Derivatives of ``K_mm``, ``K_nm`` and the prior variances (the
-        nugget of :func:`inducing_cholesky` is held fixed).
-
-    Returns
-    -------
-    ndarray of shape (n_params,)
-
-    Examples
-    --------
-    The log amplitude scales every covariance: against a central difference.
-
-    >>> import numpy as np
-    >>> from sklearn_meanfield.tap._core import expectation_propagation
-    >>> from sklearn_meanfield.tap._likelihoods import make_likelihood
-    >>> x, z = np.linspace(-2, 2, 9), np.array([-1.0, 0.0, 1.2])
-    >>> k = lambda a, b: np.exp(-0.5 * (a[:, None] - b[None, :]) ** 2)
-    >>> t = np.where(np.sin(2 * x) > 0, 1.0, -1.0)
-    >>> def fit(theta):
-    ...     c = np.exp(theta)
-    ...     posterior = FITCPosterior(c * k(z, z), c * k(x, z), np.full(9, c))
-    ...     return expectation_propagation(
-    ...         posterior, t, make_likelihood("probit", 0.0), tol=1e-12)
-    >>> theta, step = 0.4, 1e-5
-    >>> c = np.exp(theta)
-    >>> gradient = fitc_evidence_gradient(
-    ...     fit(theta), c * k(z, z)[:, :, None], c * k(x, z)[:, :, None],
-    ...     np.full((9, 1), c))
-    >>> numeric = (fit(theta + step).log_evidence
-    ...            - fit(theta - step).log_evidence) / (2 * step)
-    >>> bool(abs(gradient[0] - numeric) < 1e-6)
-    True
-    """
-    G_mm, G_nm, g_nn = fitc_evidence_adjoints(solution)
-    m, n = G_mm.shape[0], G_nm.shape[0]
-    return (
-        G_mm.reshape(1, m * m) @ np.asarray(K_mm_gradient).reshape(m * m, -1)
-        + G_nm.reshape(1, n * m) @ np.asarray(K_nm_gradient).reshape(n * m, -1)
-        + g_nn @ np.asarray(K_nn_diag_gradient).reshape(n, -1)
-    )[0]
-
-
-def fitc_kernel_gradient(adjoints, kernel, X, Z, block_size=None):
-    """Gradient of the FITC-EP log evidence in ``kernel.theta``, block by block.
-
-    scikit-learn kernels give hyperparameter derivatives of ``k(A, A)`` only.
-    ``K_mm``'s come from there; those of ``K_bm`` and of the block's prior
-    variances are computed here for sums, products and powers of Constant,
-    White, DotProduct, RBF, Matern (``nu`` 0.5, 1.5, 2.5, inf) and
-    RationalQuadratic, and for other kernels read off the stacked inputs
-    ``[X_b; Z]`` (an ``(b + m)^2 x n_params`` array a block, four times the
-    work).  No ``(n, m, n_params)`` array is formed.
-
-    Parameters
-    ----------
-    adjoints : tuple
-        ``(G_mm, G_nm, g_nn)`` from :func:`fitc_evidence_adjoints`.
-    kernel : scikit-learn kernel
-    X : ndarray of shape (n, n_features)
-    Z : ndarray of shape (m, n_features)
-    block_size : int or None, default=None
-        Rows a block (None: about 8 MiB of derivatives; ``m`` rows for the
-        stacked inputs).
-
-    Returns
-    -------
-    ndarray of shape (n_params,)
-
-    Examples
-    --------
-    The log amplitude of ``ConstantKernel(c) * RBF`` scales every
-    covariance (its derivative is the kernel itself):
-
-    >>> import numpy as np
-    >>> from sklearn.gaussian_process.kernels import RBF, ConstantKernel
-    >>> from sklearn_meanfield.tap._core import expectation_propagation
-    >>> from sklearn_meanfield.tap._likelihoods import make_likelihood
-    >>> X = np.linspace(-2, 2, 9)[:, None]
-    >>> Z = np.array([[-1.0], [0.0], [1.2]])
-    >>> kernel = ConstantKernel(1.5) * RBF(1.0, "fixed")
-    >>> t = np.where(np.sin(2 * X[:, 0]) > 0, 1.0, -1.0)
-    >>> solution = expectation_propagation(
-    ...     FITCPosterior.from_kernel(kernel, X, Z), t,
-    ...     make_likelihood("probit", 0.0), tol=1e-12)
-    >>> adjoints = fitc_evidence_adjoints(solution)
-    >>> by_blocks = fitc_kernel_gradient(adjoints, kernel, X, Z, block_size=2)
-    >>> G_mm, G_nm, g_nn = adjoints
-    >>> direct = (np.sum(G_mm * kernel(Z)) + np.sum(G_nm * kernel(X, Z))
-    ...           + g_nn @ kernel.diag(X))
-    >>> bool(np.allclose(by_blocks, [direct]))
-    True
-    """
-    G_mm, G_nm, g_nn = adjoints
-    _, dK_mm = kernel(Z, eval_gradient=True)  # K_mm as the posterior has it
-    gradient = np.einsum("ij,ijk->k", G_mm, dK_mm)
-    return gradient + _rows_kernel_gradient(G_nm, g_nn, kernel, X, Z, block_size)
-
-
 def _rows_kernel_gradient(G_nm, g_nn, kernel, X, Z, block_size=None):
-    """The rows' share of :func:`fitc_kernel_gradient`: ``G_nm`` and ``g_nn``
-    contracted with the derivatives of ``K_nm`` and the prior variances, in
-    sub-blocks of ``block_size`` rows (None: about 8 MiB of derivatives)."""
+    """The rows' share of the gradient in ``kernel.theta``: ``G_nm`` and
+    ``g_nn`` contracted with the derivatives of ``K_nm`` and the prior
+    variances, in sub-blocks of ``block_size`` rows (None: about 8 MiB of
+    derivatives; ``m`` rows for the stacked inputs of kernels without
+    closed-form derivatives)."""
     m = len(Z)
     parts = _rbf_parts(kernel)
     if parts is not None:  # the common case, by matrix products
@@ -1349,43 +1245,6 @@ def _stationary_theta_gradient(kernel, A, B, value):
     return grads
 
 
-def fitc_inducing_gradient(adjoints, K_nm_dZ, K_mm_dZ):
-    """Gradient of the FITC-EP log evidence in the inducing inputs.
-
-    Input ``z_j`` moves column ``j`` of ``K_nm`` and row and column ``j`` of
-    ``K_mm``; the prior variances do not depend on it.
-
-    Parameters
-    ----------
-    adjoints : tuple
-        ``(G_mm, G_nm, g_nn)`` from :func:`fitc_evidence_adjoints`.
-    K_nm_dZ : ndarray of shape (n, m, n_features)
-        ``d k(x_i, z_j) / d z_j``.
-    K_mm_dZ : ndarray of shape (m, m, n_features)
-        ``d k(z_j, z_l) / d z_j`` (derivative in the first argument).
-
-    Returns
-    -------
-    ndarray of shape (m, n_features)
-
-    Examples
-    --------
-    Zero adjoints, zero gradient (see :func:`fitc_kernel_inducing_gradient`
-    for the derivatives of a scikit-learn kernel):
-
-    >>> import numpy as np
-    >>> adjoints = (np.zeros((2, 2)), np.zeros((3, 2)), np.zeros(3))
-    >>> fitc_inducing_gradient(adjoints, np.ones((3, 2, 1)), np.ones((2, 2, 1)))
-    array([[0.],
-           [0.]])
-    """
-    G_mm, G_nm, _ = adjoints
-    # G_mm is symmetric: K_mm[j, l] and K_mm[l, j] both move with z_j.
-    return np.einsum("ij,ijk->jk", G_nm, K_nm_dZ) + 2.0 * np.einsum(
-        "jl,jlk->jk", G_mm, K_mm_dZ
-    )
-
-
 def _scaled_differences(kernel, A, B):
     """``(a - b) / l^2`` (shape (|A|, |B|, d)) and ``r`` = the scaled distance."""
     length = np.asarray(kernel.length_scale, dtype=float)
@@ -1458,49 +1317,6 @@ def kernel_second_argument_gradient(kernel, A, B):
     )
 
 
-def fitc_kernel_inducing_gradient(adjoints, kernel, X, Z, block_size=None):
-    """Gradient of the FITC-EP log evidence in the inducing inputs ``Z``.
-
-    :func:`fitc_inducing_gradient` with the derivatives of a scikit-learn
-    kernel (:func:`kernel_second_argument_gradient`), ``K_nm``'s taken
-    block by block (a ``(b, m, d)`` array at a time).
-
-    Parameters
-    ----------
-    adjoints : tuple
-        ``(G_mm, G_nm, g_nn)`` from :func:`fitc_evidence_adjoints`.
-    kernel : scikit-learn kernel
-    X : ndarray of shape (n, d)
-    Z : ndarray of shape (m, d)
-    block_size : int or None, default=None
-        Rows a block (None: ``m``).
-
-    Returns
-    -------
-    ndarray of shape (m, d)
-
-    Examples
-    --------
-    Block by block, as :func:`fitc_inducing_gradient` on whole arrays:
-
-    >>> import numpy as np
-    >>> from sklearn.gaussian_process.kernels import RBF
-    >>> X, Z = np.linspace(-2, 2, 7)[:, None], np.array([[-1.0], [1.0]])
-    >>> rng = np.random.default_rng(0)
-    >>> G_mm = rng.normal(size=(2, 2))
-    >>> adjoints = (G_mm + G_mm.T, rng.normal(size=(7, 2)), np.zeros(7))
-    >>> whole = fitc_inducing_gradient(
-    ...     adjoints, kernel_second_argument_gradient(RBF(), X, Z),
-    ...     kernel_second_argument_gradient(RBF(), Z, Z).transpose(1, 0, 2))
-    >>> bool(np.allclose(fitc_kernel_inducing_gradient(
-    ...     adjoints, RBF(), X, Z, block_size=3), whole))
-    True
-    """
-    G_mm, G_nm, _ = adjoints
-    gradient = _inducing_mm_gradient(G_mm, kernel, Z)
-    return gradient + _rows_inducing_gradient(G_nm, kernel, X, Z, block_size)
-
-
 def _inducing_mm_gradient(G_mm, kernel, Z):
     """``K_mm``'s share of the gradient in ``Z``."""
     # d k(z_j, z_l) / d z_j = d k(z_l, z_j) / d z_j (k symmetric): entry
@@ -1531,9 +1347,9 @@ def _rbf_parts(kernel):
 
     For these the evidence gradient's contractions with the derivatives of
     ``K_nm`` are matrix products of ``W = G_nm * K_nm`` with the inputs:
-    ``O(b m d)`` in BLAS instead of ``(b, m, d)`` arrays of derivatives
-    (which took three quarters of an evaluation of the search at n = 10,000,
-    m = 256, d = 4 with the inducing inputs learned).
+    ``O(b m d)`` in BLAS instead of ``(b, m, d)`` arrays of derivatives,
+    whose construction would otherwise dominate an evaluation of the search
+    when the inducing inputs are learned.
     """
     from sklearn.gaussian_process import kernels as k
 

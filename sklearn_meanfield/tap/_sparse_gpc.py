@@ -56,7 +56,7 @@ from ._binary_gpc import (
     contradicted_points,
     settle_final_solution,
 )
-from ._core import ep_label_noise_gradient
+from ._evidence import ep_label_noise_gradient
 from ._hooks import print_sweeps
 from ._sparse import (
     DaskBlocks,
@@ -78,10 +78,10 @@ __all__ = [
     "sparse_fit_peak_bytes",
 ]
 
-# Full (Lloyd) k-means up to this many samples, mini-batch k-means above.
-# Measured at n = 50,000, m = 256, 4 features, one BLAS thread: KMeans
-# (n_init=1) 5.8 s, MiniBatchKMeans (batch 4096, n_init=3) 1.3 s with a
-# k-means objective 3.5 % higher; the FITC fit itself took 7 s there.
+# Full (Lloyd) k-means up to this many samples, mini-batch k-means above:
+# on many samples full k-means costs about as much as the FITC fit itself,
+# and the mini-batch centres (k-means objective 3.5% higher at n = 50,000,
+# m = 256) start the inducing inputs as well.
 KMEANS_EXACT_MAX_SAMPLES = 10_000
 _MINIBATCH_SIZE = 4096
 _PREDICT_BLOCK_BYTES = 8 * 2**20

@@ -11,11 +11,11 @@ product with the ``n x d`` matrix ``Phi``:
 * the marginal variances ``var_i = |L^-1 phi_i|^2`` (``O(n d^2)``, never
   negative) and means ``<h> = Phi <w>`` (``O(n d)``).
 
-No ``n x n`` object is formed, so a sweep over ``n = 10^5`` samples with
-``d = 50`` weights is a few tens of milliseconds of BLAS work.  This is the
+No ``n x n`` object is formed, so a sweep costs ``O(n d^2)`` time and
+``O(n d)`` memory however many samples there are.  This is the
 regime of many more samples than weights, ``alpha = n / d`` large, of Opper
 and Winther's perceptron; the kernel form ``K = Phi Phi^T`` of
-:class:`~sklearn_meanfield.tap._core.KernelPosterior` is the other one.
+:class:`~sklearn_meanfield.tap._posterior.KernelPosterior` is the other one.
 
 Both signs of ``tau`` are allowed (label noise gives negative site
 precisions); ``A`` must stay positive definite, otherwise ``LinAlgError`` is
@@ -88,7 +88,7 @@ class _WeightSpaceSolution:
         """Posterior variance of ``Phi_new @ w`` row by row, ``|L^-1 phi|^2``.
 
         ``L^-1`` is triangular: ``trmm`` does half the flops of a general
-        product (20% faster at 10^5 x 50).
+        product.
         """
         if sparse.issparse(Phi_new):
             Phi_new = sparse.csr_array(Phi_new)
@@ -162,7 +162,7 @@ class WeightSpacePosterior:
         """Posterior marginals for sites ``(tau, nu)``.
 
         Same contract as :meth:`KernelPosterior.solve
-        <sklearn_meanfield.tap._core.KernelPosterior.solve>`: an object with
+        <sklearn_meanfield.tap._posterior.KernelPosterior.solve>`: an object with
         ``mean``, ``var``, ``logdet`` and, here, ``weight_mean`` and
         ``field_variance(Phi_new)``.  Raises ``LinAlgError`` when
         ``I + Phi^T diag(tau) Phi`` is not positive definite.

@@ -33,7 +33,6 @@ from ._binary_gpc import (
     fit_binary,
     log_evidence,
 )
-from ._core import positive_site_weights, weighted_error_rate
 from ._footprint import check_gp_fit_memory
 from ._kernels import default_kernel
 from ._multiclass import (
@@ -53,6 +52,7 @@ from ._sparse_gpc import (
     fit_sparse_binary,
 )
 from ._sparse_gpc import log_evidence as sparse_log_evidence
+from ._weights import positive_site_weights, weighted_error_rate
 
 # LABEL_NOISE_BOUNDS and contradicted_points are documented under this
 # module's name (user guide, warnings).
@@ -62,12 +62,10 @@ __all__ = ["LABEL_NOISE_BOUNDS", "TAPGaussianProcessClassifier", "contradicted_p
 PREFIX = "TAPGaussianProcessClassifier"
 
 # ``n_inducing="auto"``: exact up to this many samples, AUTO_N_INDUCING
-# inducing points above.  Measured (bench_tap_gpc_sparse.py, one BLAS thread,
-# shared machine): an exact fixed-kernel fit takes 5.0 s at n = 2000 and
-# 22.6 s at n = 4000 (O(n^3); the optimiser repeats it per evaluation) and
-# holds ~10 n x n arrays; sparse with 256 k-means inducing points is within
-# 0.005 of the exact held-out log-loss at n = 2000 at 0.07x its CPU time, and
-# fits n = 50,000 in 13 s and 140 MiB.
+# inducing inputs above.  An exact fit's cost grows as n^3 (the optimiser
+# repeats it at every evaluation) and it holds about ten n x n arrays, while
+# 256 inducing inputs stay close to the exact model (within 0.005 of its
+# held-out log-loss at 2000 samples).
 AUTO_EXACT_MAX_SAMPLES = 4000
 AUTO_N_INDUCING = 256
 
@@ -123,35 +121,25 @@ class TAPGaussianProcessClassifier(
     ----------
     kernel : kernel instance, default=None
         Any :mod:`sklearn.gaussian_process.kernels` kernel except a
-        :class:`~sklearn.gaussian_process.kernels.CompoundKernel` (the
-        multi-class problems get a copy each); None means
-        ``ConstantKernel(1.0, (1e-5, 1e3)) * RBF(ell)`` with ``ell`` the median
-        distance between the training inputs, free within a factor 1000 of
-        it: a start on the data's scale, raw or standardised.  Its
+        ``CompoundKernel``.  None means ``ConstantKernel(1.0, (1e-5, 1e3)) *
+        RBF(ell)``, ``ell`` the median distance between the training inputs,
+        free within a factor 1000 of it: a start on the data's scale.  The
         hyperparameters are optimised unless ``optimizer=None``; a run that
         ends at a constant kernel is repeated from the data's length scale.
     likelihood : {"probit", "step", "logistic"}, default="probit"
         ``"step"``: ``label_noise + (1 - 2 label_noise) Theta(y h)``, the
-        paper's model; ``"probit"``: the same with ``Phi(y h)`` in place of the
-        step, i.e. the step with unit Gaussian noise on the field;
-        ``"logistic"``: with ``1 / (1 + exp(-y h))``, the likelihood of
-        scikit-learn's :class:`~sklearn.gaussian_process.GaussianProcessClassifier`
-        (the same model, approximated by TAP instead of Laplace).  Its
-        exponential tails make it more forgiving of mislabelled points than the
-        probit; its cavity averages are computed by quadrature, so a fit takes
-        1.1-1.8 times the probit's (on the benchmark: 1.04x Laplace's time at
-        250 points, 0.55-0.84x at 500-2000, with a lower held-out log-loss at
-        every size).
+        paper's model; ``"probit"``: the step with ``Phi(y h)``, i.e. unit
+        Gaussian noise on the field; ``"logistic"``: ``1 / (1 + exp(-y h))``,
+        the model of scikit-learn's GP classifier.  The logistic's heavier tails
+        forgive mislabelled points more than the probit does; its cavity
+        averages are computed by quadrature, so its fits take somewhat longer.
     label_noise : float in [0, 0.5) or "auto", default=0.0
-        Probability that a training label was flipped.  With label noise some
-        site precisions are negative; they are kept negative (no clipping).
-        ``"auto"`` learns it with the kernel's hyperparameters by maximising
-        the TAP evidence (on a log scale within ``LABEL_NOISE_BOUNDS``,
-        ``(1e-4, 0.4)``, starting from 0.01), for each one-vs-rest problem;
-        it needs an ``optimizer``.  Data with flipped labels get
-        better-calibrated probabilities from it (held-out log-loss 0.2097
-        instead of 0.2309 on the benchmark's 1000 points with 5% flips), at
-        1.4-5 times the fit time.
+        Probability that a training label was flipped; some site precisions
+        are then negative (kept, not clipped).  ``"auto"`` learns it with the
+        kernel's hyperparameters by maximising the TAP evidence within
+        ``LABEL_NOISE_BOUNDS`` (``(1e-4, 0.4)``), per binary problem; it needs
+        an ``optimizer`` and costs a few times the fit time, for
+        better-calibrated probabilities on data with flipped labels.
     method : {"tap", "naive"}, default="tap"
         ``"tap"``: adaptive TAP (with the Onsager reaction term); ``"naive"``:
         naive mean field, whose cavity variance is the prior variance.  The
@@ -176,57 +164,32 @@ class TAPGaussianProcessClassifier(
         Initial fraction of each parallel site update that is taken; reduced
         automatically when the updates oscillate.
     multi_class : {"one_vs_rest", "one_vs_one"}, default="one_vs_rest"
-        How more than two classes are handled.  ``"one_vs_rest"``: one binary
-        problem per class against the others; ``predict_proba`` normalises
-        their probabilities to sum to one.  ``"one_vs_one"``: one binary
-        problem per pair of classes, fitted on the samples of those two
-        classes; ``predict`` and ``decision_function`` combine the pairwise
-        probabilities by votes, ties broken by the summed probabilities (the
-        rule of :class:`sklearn.multiclass.OneVsOneClassifier`, hence of
-        scikit-learn's GP classifier), and ``predict_proba`` couples them
-        into class probabilities (Wu, Lin and Weng's method, as LIBSVM
-        does), where scikit-learn's GP classifier refuses.  As with
-        :class:`sklearn.svm.SVC`, the voted class and the most probable
-        class can then differ on a few ambiguous points.
+        ``"one_vs_rest"``: one binary problem per class against the others,
+        their probabilities normalised to sum to one.  ``"one_vs_one"``: one
+        problem per pair of classes; ``predict`` votes as
+        :class:`sklearn.multiclass.OneVsOneClassifier` does and
+        ``predict_proba`` couples the pairwise probabilities (Wu, Lin and
+        Weng), so the voted and the most probable class can differ on a few
+        ambiguous points, as with :class:`sklearn.svm.SVC`.
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes, multiplying ``sample_weight`` (see
         :meth:`fit`): ``{label: weight}`` (1 for a class not named), or
-        ``"balanced"`` for ``sum(w) / (n_classes * sum(w[y == label]))``
-        with the sample weights ``w`` (all one by default: ``n_samples /
-        (n_classes * count(label))``), as
-        :func:`sklearn.utils.class_weight.compute_class_weight` computes it,
-        so that integer weights stay repeated rows.  On the original labels:
-        a one-vs-rest or one-vs-one problem weighs each sample by its own
-        class's weight.
+        ``"balanced"`` for ``sum(w) / (n_classes * sum(w[y == label]))`` with
+        the sample weights ``w``, as
+        :func:`sklearn.utils.class_weight.compute_class_weight` computes it.
+        A binary problem weighs each sample by its own class's weight.
     copy_X_train : bool, default=True
         Store a copy of the training inputs in ``X_train_``.  False stores a
         reference when the validated input is the caller's array, so that
         changing that array later changes the model's predictions.
     n_inducing : int, "auto" or None, default="auto"
-        Sparse mode: the number ``m`` of inducing inputs of the FITC prior
-        ``Q + diag(K - Q)``, ``Q = K_nm K_mm^-1 K_mn`` (EP on it is Naish-Guzman
-        and Holden's FITC-EP, the batch form of Csato and Opper's sparse
-        on-line TAP), which costs ``O(n m^2)`` time a sweep and ``O(n m)``
-        memory, with no ``n x n`` array in fit or predict.  None: the exact
-        model.  ``"auto"``: exact up to ``AUTO_EXACT_MAX_SAMPLES`` (4000)
-        samples, ``AUTO_N_INDUCING`` (256) inducing inputs above (measured:
-        an exact fit's evidence evaluation takes ~20 s at 4000 samples and
-        grows as ``n^3``; 256 inducing inputs were within 0.005 of the exact
-        held-out log-loss at 2000 samples, and fit 50,000 samples in 13 s).
-        More inducing inputs approach the exact model (``m = n`` with the
-        inputs themselves is the exact model up to a nugget); 128-512 suit
-        most smooth boundaries in a few dimensions.  Everything else works as
-        in the exact mode: every likelihood, ``label_noise`` (also
-        ``"auto"``), ``method``, both multi-class schemes, sample weights,
-        the evidence and its gradient, and ``loo_error_``/``loo_proba_``
-        from the cavities, which here are the sparse model refitted without
-        the point with the other sites (and the kernel and inducing inputs)
-        kept (as exact TAP's are for the full model; within 0.003 of brute-force
-        refits on a 60-point test).  A sample weight raises one field's
-        likelihood to the weight, as in the exact mode; repeated rows are
-        another FITC model (each copy gets its own independent diagonal
-        correction ``K_ii - Q_ii``), so the two agree only where that
-        correction vanishes (inducing inputs at those rows).
+        Number ``m`` of inducing inputs of the sparse (FITC) approximation:
+        ``O(n m^2)`` time a sweep and ``O(n m)`` memory, no ``n x n`` array.
+        None fits the exact model, whose cost grows as ``n^3``; ``"auto"`` is
+        exact up to 4000 samples (``AUTO_EXACT_MAX_SAMPLES``) and uses 256
+        inducing inputs (``AUTO_N_INDUCING``) above.  More inducing inputs
+        approach the exact model; every option works in both modes.  See
+        :ref:`sparse_gpc` for how to choose ``m``.
     inducing_points : "kmeans" or array-like of shape (m, n_features), default="kmeans"
         Where the inducing inputs start: the k-means centres of each binary
         problem's inputs (Lloyd's k-means up to 10,000 samples, mini-batch
@@ -235,38 +198,27 @@ class TAPGaussianProcessClassifier(
         it is an int that differs).
     optimize_inducing_points : bool, default=False
         Sparse mode: optimise the inducing inputs with the kernel's
-        hyperparameters (analytic gradient of the evidence; ``m *
+        hyperparameters by the evidence's analytic gradient (``m *
         n_features`` more parameters, several times the fit time; FITC's
-        evidence tends to over-fit them, e.g. by inflating the amplitude).
-        Needs an ``optimizer``.
+        evidence tends to over-fit them).  Needs an ``optimizer``.
     n_jobs : int, default=None
-        Workers for the multi-class problems (or, for two classes, restarts).
+        Workers for the multi-class problems (or, for two classes, restarts);
         None defers to :func:`joblib.parallel_config`.  In the sparse mode
-        under ``joblib.parallel_config(backend="dask")`` the fit scales out
-        instead: the rows are split into blocks that live on the Dask
-        workers (the ``n x m`` cross-covariances never leave them), every
-        EP sweep and evidence gradient maps over the blocks and only
-        ``m x m`` statistics and the blocks' site vectors travel, while the
-        problems and restarts take turns in this process; the model equals
-        the local fit's to rounding.
+        under ``joblib.parallel_config(backend="dask")`` the rows are split
+        into blocks that stay on the Dask workers and every sweep maps over
+        them, only ``m x m`` statistics travelling; the model equals the local
+        fit's to rounding.  See :ref:`parallel`.
     random_state : int, RandomState instance or None, default=None
         Draws the restarts' starting points.  The same value gives the same
         model for any ``n_jobs`` and backend.
     verbose : int, default=0
-        1 prints a line per evidence evaluation of the optimiser (log
-        evidence, ``exp(theta)``, sweeps, and whether the evaluation was
-        rejected as not converged or degenerate), the best run and the final
-        solve; 2 also every sweep of every mean-field solve (the optimiser's
-        evaluations included).  With
+        1 prints a line per evidence evaluation of the optimiser, the best run
+        and the final solve; 2 also every sweep of every solve.  With
         scikit-learn >= 1.9, ``set_callbacks`` (e.g.
-        ``sklearn.callback.ProgressBar()``) also follows the fit: one subtask
-        per binary problem, run in its worker, holding one subtask per
-        optimiser run (a step per evidence evaluation) and a "solve" subtask
-        whose steps are the sweeps.  A callback's request to stop (at the end
-        of any of these steps) is honoured: the search ends at the best point
-        evaluated so far, whose sites are kept as they are, and a mean-field
-        solve stops at its best iterate so far; a ``ConvergenceWarning`` says
-        so, and the model is usable.
+        ``sklearn.callback.ProgressBar()``) follows the fit, one subtask per
+        binary problem; a callback's request to stop ends the search at its
+        best point so far and the solve at its best iterate, with a
+        ``ConvergenceWarning``.  See :ref:`progress`.
 
     Attributes
     ----------
@@ -942,29 +894,7 @@ class TAPGaussianProcessClassifier(
         n_problems = len(self._problems)
         n_dims = self._fits[0].kernel.n_dims
         options = self._options()
-        learned = options.learns_label_noise
-        blocks = [n_dims, n_dims + 1] if learned else [n_dims]
-        if len(theta) in blocks:
-            thetas = [theta] * n_problems
-            shared = True
-        elif len(theta) in [b * n_problems for b in blocks]:
-            thetas = np.split(theta, n_problems)
-            shared = False
-        else:
-            expected = " or ".join(
-                str(b) for b in sorted({*blocks, *(b * n_problems for b in blocks)})
-            )
-            raise ValueError(
-                f"theta has {len(theta)} entries; expected {expected} (the "
-                "kernel's log-hyperparameters"
-                + (", with log(label_noise) last" if learned else "")
-                + (
-                    ", for one kernel or stacked for every binary problem"
-                    if n_problems > 1
-                    else ""
-                )
-                + ")."
-            )
+        thetas, shared = self._problem_thetas(theta, options.learns_label_noise)
         values, gradients = [], []
         for problem, fit, theta_k in zip(self._problems, self._fits, thetas):
             problem_options = options
@@ -1010,6 +940,35 @@ class TAPGaussianProcessClassifier(
         if shared:
             return value, np.mean(gradients, axis=0)
         return value, np.concatenate(gradients) / n_problems
+
+    def _problem_thetas(self, theta, learned):
+        """Each binary problem's block of ``theta`` and whether they share one.
+
+        A block holds the kernel's log-hyperparameters, with ``log(label_noise)``
+        last when it is learned (optional even then); ``theta`` is one block for
+        every problem or the problems' blocks stacked.
+        """
+        n_problems = len(self._problems)
+        n_dims = self._fits[0].kernel.n_dims
+        blocks = [n_dims, n_dims + 1] if learned else [n_dims]
+        if len(theta) in blocks:
+            return [theta] * n_problems, True
+        if len(theta) in [b * n_problems for b in blocks]:
+            return np.split(theta, n_problems), False
+        expected = " or ".join(
+            str(b) for b in sorted({*blocks, *(b * n_problems for b in blocks)})
+        )
+        raise ValueError(
+            f"theta has {len(theta)} entries; expected {expected} (the "
+            "kernel's log-hyperparameters"
+            + (", with log(label_noise) last" if learned else "")
+            + (
+                ", for one kernel or stacked for every binary problem"
+                if n_problems > 1
+                else ""
+            )
+            + ")."
+        )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -22,13 +22,8 @@ from .._memory import check_memory
 from .._parallel import N_JOBS_CONSTRAINT, draw_seeds, run_parallel
 from .._progress import CallbackSupportMixin, fit_progress
 from ._binary_perceptron import FitOptions, fit_binary
-from ._core import (
-    merge_identical_points,
-    partial_cavities,
-    positive_site_weights,
-    weighted_error_rate,
-)
 from ._likelihoods import make_likelihood
+from ._merging import merge_identical_points, partial_cavities
 from ._multiclass import (
     class_sample_weights,
     encode_classes,
@@ -37,6 +32,7 @@ from ._multiclass import (
     positive_to_proba,
 )
 from ._weight_space import _row_norms_squared
+from ._weights import positive_site_weights, weighted_error_rate
 
 __all__ = ["TAPPerceptronClassifier"]
 
@@ -85,15 +81,13 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
     Parameters
     ----------
     label_noise : float in [0, 0.5) or "auto", default="auto"
-        Probability that a training label was flipped (the paper's
-        ``beta`` is ``log((1 - label_noise) / label_noise)``).  A
-        probability never exceeds ``1 - label_noise``.  ``"auto"`` learns it
-        per binary problem by maximising the TAP evidence within
-        ``LABEL_NOISE_BOUNDS`` = (1e-4, 0.4): clean, separable data get
-        confident probabilities, noisy data the noise they show, at the cost
-        of about ten warm-started solves.  0 is the noise-free (teacher)
-        model of the paper, whose posterior is improper on data no
-        perceptron separates.
+        Probability that a training label was flipped (the paper's ``beta``
+        is ``log((1 - label_noise) / label_noise)``); no probability exceeds
+        ``1 - label_noise``.  ``"auto"`` learns it per binary problem by
+        maximising the leave-one-out log-likelihood within
+        ``LABEL_NOISE_BOUNDS`` = (1e-4, 0.4), at the cost of about ten
+        warm-started solves.  0 is the paper's noise-free (teacher) model,
+        whose posterior is improper on data no perceptron separates.
     variance : {"adaptive", "isotropic", "naive"}, default="adaptive"
         Cavity variances: ``"adaptive"`` solves for them from the data's own
         correlations (exact for Gaussian posteriors, the TAP/EP fixed point);
@@ -142,13 +136,10 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
     verbose : int, default=0
         The solve and the restarts when >= 1, every sweep when >= 2.  With
         scikit-learn >= 1.9, ``set_callbacks`` (e.g.
-        ``sklearn.callback.ProgressBar()``) also follows the fit: one subtask
-        per one-vs-rest problem (one with two classes), run in its worker,
-        holding a "solve" subtask whose steps are the sweeps and, when they
-        run, the incremental restarts.  A callback's request to stop ends
-        the sweeps of the running problem (and skips its fallback and
-        restarts): the best iterate so far is kept and a
-        ``ConvergenceWarning`` says so.
+        ``sklearn.callback.ProgressBar()``) follows the fit, one subtask per
+        one-vs-rest problem whose steps are the sweeps; a callback's request
+        to stop ends the running problem's sweeps at the best iterate so
+        far, with a ``ConvergenceWarning``.  See :ref:`progress`.
 
     Attributes
     ----------
@@ -653,7 +644,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
 
 def _sites(X, Phi, y_index, weights):
     """The samples that get a site, the sites' weights and the merged
-    identical samples (:class:`~sklearn_meanfield.tap._core.MergedPoints` or
+    identical samples (:class:`~sklearn_meanfield.tap._merging.MergedPoints` or
     None).
 
     A sample whose field is identically zero (all-zero inputs, no intercept)
