@@ -345,21 +345,36 @@ def test_to_inference_data_without_arviz_says_how_to_get_it(
 ):
     model, _, _ = fitted_two_outputs
     monkeypatch.setitem(sys.modules, "arviz", None)
-    with pytest.raises(ImportError, match="pip install 'arviz<1'"):
+    with pytest.raises(ImportError, match="pip install arviz"):
         model.to_inference_data()
 
 
-def test_to_inference_data_refuses_arviz_1_and_names_the_way_out(
+def test_to_inference_data_passes_arviz_1_one_mapping_of_groups(
     fitted_two_outputs, monkeypatch
 ):
-    # ArviZ 1 changed from_dict (groups mapping, DataTree result): an
-    # informative error instead of a TypeError deep inside ArviZ.
-    model, _, _ = fitted_two_outputs
+    # ArviZ 1's from_dict takes the groups as one mapping (and returns a
+    # DataTree); 0.x takes them as keywords.  Both see the same groups.
+    model, X, y = fitted_two_outputs
+    calls = {}
+
+    def from_dict(data, *, coords=None, dims=None):
+        calls.update(data=data, coords=coords, dims=dims)
+        return "tree"
+
     arviz_1 = types.ModuleType("arviz")
     arviz_1.__version__ = "1.3.0"
+    arviz_1.from_dict = from_dict
     monkeypatch.setitem(sys.modules, "arviz", arviz_1)
-    with pytest.raises(ImportError, match=r"ArviZ 1\.3\.0 is installed.*chain_draws"):
-        model.to_inference_data()
+    assert model.to_inference_data(X, y, random_state=0) == "tree"
+    assert set(calls["data"]) == {
+        "posterior",
+        "sample_stats",
+        "observed_data",
+        "log_likelihood",
+        "posterior_predictive",
+    }
+    np.testing.assert_array_equal(calls["data"]["observed_data"]["y"], y)
+    assert calls["dims"]["W1"] == ["input", "hidden"]
 
 
 SAMPLER_REMEDY = (

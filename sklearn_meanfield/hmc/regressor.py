@@ -1293,12 +1293,11 @@ class HMCNetworkRegressor(
         return draws
 
     def to_inference_data(self, X=None, y=None, random_state=None):
-        """The draws as an ArviZ ``InferenceData``, for its plots and diagnostics.
+        """The draws as ArviZ data, for its plots and diagnostics.
 
-        Requires ArviZ 0.x (``pip install "arviz<1"``, or the package's
-        ``arviz`` extra); with ArviZ 1, whose ``from_dict`` builds an xarray
-        ``DataTree`` from a mapping of groups, pass the arrays of
-        :meth:`chain_draws` to it instead.
+        Requires ArviZ (the package's ``arviz`` extra): with ArviZ 1 the
+        result is an xarray ``DataTree``, with ArviZ 0.x an
+        ``InferenceData``; both hold the same groups and variables.
 
         Parameters
         ----------
@@ -1315,7 +1314,7 @@ class HMCNetworkRegressor(
 
         Returns
         -------
-        idata : arviz.InferenceData
+        idata : xarray.DataTree or arviz.InferenceData
             ``posterior``: ``W1`` (chain, draw, input, hidden), ``b1``
             (chain, draw, hidden), ``W2`` (chain, draw, hidden, output),
             ``b2`` (chain, draw, output), weights of the network on the
@@ -1330,25 +1329,16 @@ class HMCNetworkRegressor(
         Raises
         ------
         ImportError
-            When ArviZ is not installed, or its version is 1 or later.
+            When ArviZ is not installed.
         """
         try:
             import arviz
         except ImportError as exc:
             raise ImportError(
                 "HMCNetworkRegressor.to_inference_data needs ArviZ: "
-                "pip install 'arviz<1'. The draws are available without it "
+                "pip install arviz. The draws are available without it "
                 "from chain_draws()."
             ) from exc
-        if int(str(arviz.__version__).split(".")[0]) >= 1:
-            # ArviZ 1 replaced InferenceData by xarray's DataTree and changed
-            # from_dict's signature; this method builds the 0.x object.
-            raise ImportError(
-                f"HMCNetworkRegressor.to_inference_data builds an ArviZ 0.x "
-                f"InferenceData; ArviZ {arviz.__version__} is installed. Install "
-                "'arviz<1' (pip install \"sklearn-meanfield[arviz]\"), or pass "
-                "the arrays of chain_draws() to ArviZ 1's from_dict."
-            )
         draws = self.chain_draws()
         n_chains, n_kept = draws["parameters"].shape[:2]
         layout = self._layout
@@ -1400,13 +1390,11 @@ class HMCNetworkRegressor(
             dims["y"] = ["obs"] + (
                 ["output"] if groups_data["observed_data"]["y"].ndim == 2 else []
             )
-        return arviz.from_dict(
-            posterior=posterior,
-            sample_stats=sample_stats,
-            coords=coords,
-            dims=dims,
-            **groups_data,
-        )
+        groups = {"posterior": posterior, "sample_stats": sample_stats, **groups_data}
+        if int(str(arviz.__version__).split(".")[0]) >= 1:
+            # ArviZ 1's from_dict takes the groups as one mapping.
+            return arviz.from_dict(groups, coords=coords, dims=dims)
+        return arviz.from_dict(**groups, coords=coords, dims=dims)
 
     def _observation_groups(self, X, y, random_state, per_chain):
         """The ``observed_data``, ``log_likelihood`` and ``posterior_predictive``."""
