@@ -195,9 +195,8 @@ def test_automatic_relevance_determination_finds_irrelevant_inputs():
         random_state=0,
     ).fit(X, y)
     # Posterior median precision of each input's weights (first 3 groups):
-    # the two inputs that carry nothing are shrunk far harder (the smaller
-    # of their two ratios to the relevant input's was 7.2-52 over seeds 0-11,
-    # before and after the gradient took numpy's tanh).
+    # the two inputs that carry nothing are shrunk far harder.  A factor of
+    # 5 leaves room for the spread of such short chains from seed to seed.
     precision = np.median(model.precision_draws_[:, :3], axis=0)
     assert precision[1] > 5 * precision[0] and precision[2] > 5 * precision[0]
 
@@ -469,12 +468,8 @@ def test_default_fit_converges_on_the_predictions():
     # predictions (split R-hat below 1.05, bulk ESS in the hundreds) and the
     # prediction is as good as the noise allows: Friedman's function with
     # noise sd 1 has a held-out RMSE of 1 for the true function.  The log
-    # precisions mix more slowly: over ten seeds their largest R-hat was
-    # 1.014-1.137 (five of ten at most 1.05) with the default single-precision
-    # kicks and 1.023-1.080 (seven of ten) with double-precision ones, the
-    # slowest being the hidden biases' precision (per-chain ESS over 16 chains
-    # 61 +- 8 against 45 +- 9 per 1000 draws: the same mixing); this seed's
-    # is 1.137, so only a loose bound holds for every seed.
+    # precisions mix more slowly (the hidden biases' precision most), so
+    # their R-hat gets only a loose bound that holds whatever the rounding.
     from sklearn.datasets import make_friedman1
 
     from sklearn_meanfield.diagnostics import effective_sample_size, split_rhat
