@@ -649,3 +649,56 @@ def test_a_deadline_keeps_the_best_iterate_so_far(covariance):
     np.testing.assert_array_equal(stopped.predict(X), reference.predict(X))
     _, std = stopped.predict(X, return_std=True)
     assert np.all(np.isfinite(std)) and np.isfinite(stopped.loo_error_)
+
+
+def _separate_optima_warnings(X, y, random_state, n_restarts):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = EnsembleLearningRegressor(
+            hidden_layer_size=1, n_restarts=n_restarts, random_state=random_state
+        ).fit(X, y)
+    messages = [
+        str(w.message)
+        for w in caught
+        if issubclass(w.category, ConvergenceWarning) and "n_restarts" in str(w.message)
+    ]
+    return model, messages
+
+
+def test_restarts_in_separate_optima_warn():
+    # One hidden unit against a bump of a steep left and a gentle right edge:
+    # the unit fits one edge, which one depends on the signs of its initial
+    # weights, and the two fits leave residual variances far apart (their
+    # bounds differ by about twice the 0.05 nat per sample of the warning).
+    # Each restart picks an edge with probability near one half, so among
+    # ten fits of two restarts none disagrees with probability of order
+    # 2**-10.
+    rng = np.random.RandomState(0)
+    x = rng.uniform(-3, 3, size=200)
+    y = erf(4 * (x + 1)) - erf(1.5 * (x - 1)) + 0.1 * rng.normal(size=200)
+    warned = []
+    for random_state in range(10):
+        model, messages = _separate_optima_warnings(x[:, None], y, random_state, 2)
+        bounds = model.restart_bounds_
+        assert bounds.shape == (2,) and model.scores_[-1] == bounds.max()
+        # Two restarts: the best is found once whenever they disagree, so
+        # the warning comes exactly when the gap exceeds the margin.
+        gap = (bounds.max() - bounds.min()) / len(y)
+        assert len(messages) == int(gap > 0.05), gap
+        warned += messages
+    assert warned
+    assert all("increase n_restarts" in message for message in warned)
+
+
+def test_restarts_in_one_optimum_do_not_warn():
+    # A single erf unit fitted by a single unit: one optimum up to the
+    # sign symmetry (u, v) -> (-u, -v), which leaves the bound unchanged, so
+    # every restart ends at the same bound up to the stopping tolerance.
+    rng = np.random.RandomState(1)
+    X = rng.normal(size=(200, 3))
+    y = 2 * erf(X @ [1.0, -0.5, 0.3]) + 0.1 * rng.normal(size=200)
+    for random_state in range(4):
+        model, messages = _separate_optima_warnings(X, y, random_state, 3)
+        assert messages == []
+        spread = np.ptp(model.restart_bounds_) / len(y)
+        assert spread < 0.005

@@ -103,6 +103,14 @@ def _run_restart(X1, T, shape, options, seed, sample_weight, task, index, verbos
 # the input's effect on every activation negligible.
 _MAX_PRECISION = 1e6
 
+# Restarts whose final bounds (standardised units) differ by more than this
+# many nats per sample ended in separate optima.  The bound per sample moves
+# by half the log of the residual variance, so 0.05 is a 10% larger residual
+# variance: a worse fit a user would notice.  It is above what the stopping
+# tolerance leaves between restarts that climb a plateau slowly (up to 0.035
+# on make_friedman1 at the default tol).
+_SEPARATE_OPTIMA = 0.05
+
 
 class EnsembleLearningRegressor(
     CallbackSupportMixin, StandardizedRegressorMixin, RegressorMixin, BaseEstimator
@@ -143,7 +151,11 @@ class EnsembleLearningRegressor(
         Rank of the low-rank part when ``covariance="lowrank"``.
     n_restarts : int, default=2
         Random initialisations, run in parallel with ``n_jobs``; the fit with
-        the highest bound is kept.
+        the highest bound is kept.  When the best bound is reached by one
+        restart only and another ends over 0.05 nat per sample below it
+        (``restart_bounds_``), the restarts found separate optima and a
+        ``ConvergenceWarning`` suggests more restarts: a better optimum may
+        exist that none reached.
     max_iter : int, default=300
         Maximum number of iterations, each an update of ``Q`` (one
         natural-gradient step; for ``"lowrank"`` a phase of 100 L-BFGS
@@ -200,6 +212,10 @@ class EnsembleLearningRegressor(
     scores_ : ndarray of shape (n_iter_,)
         The lower bound on ``log p(y | X, alpha, lambda)`` (in the units of
         ``y``) after every iteration of the winning restart.
+    restart_bounds_ : ndarray of shape (n_restarts,)
+        The final bound of every restart (the units of ``scores_``); the
+        largest is ``scores_[-1]``.  Bounds more than 0.05 nat per sample
+        apart are separate optima: see ``n_restarts``.
     n_iter_ : int
         Iterations run by the winning restart.
     loo_prediction_ : ndarray of the shape of ``y``
@@ -420,7 +436,7 @@ class EnsembleLearningRegressor(
         )
 
     def _finish(self, X1, T, y, shape, results, rng, sample_weight):
-        _, best = select_best(results, key=lambda r: r.bound)
+        index, best = select_best(results, key=lambda r: r.bound)
         if best.stopped and not best.converged:
             # As every estimator of the library: a fit cut short by a
             # callback keeps its best iterate and says that it is one.
@@ -444,6 +460,8 @@ class EnsembleLearningRegressor(
         n_eff = len(T) if sample_weight is None else np.sum(sample_weight)
         jacobian = n_eff * np.sum(np.log(y_scale))
         self.scores_ = best.scores - jacobian
+        self.restart_bounds_ = np.array([r.bound for r in results]) - jacobian
+        self._warn_separate_optima(results, index, n_eff)
         self.n_iter_ = int(best.n_iter)
         self.mean_ = unpack(self._theta, shape)[0].copy()
         self.alpha_ = self._alpha_std / y_scale**2
@@ -472,6 +490,28 @@ class EnsembleLearningRegressor(
         sq = (y - self.loo_prediction_).reshape(len(y), -1) ** 2
         self.loo_error_ = float(np.average(sq.mean(axis=1), weights=sample_weight))
         return self
+
+    def _warn_separate_optima(self, results, index, n_eff):
+        """Warn when the best bound was reached by one restart only.
+
+        Converged restarts whose final bounds differ by more than
+        ``_SEPARATE_OPTIMA`` nats per sample sit in separate optima.  If no
+        other converged restart comes that close to the best, the best
+        optimum was found once in ``n_restarts`` tries, and restarts that
+        land elsewhere that often may all miss a better one.
+        """
+        best = results[index].bound
+        others = [r.bound for k, r in enumerate(results) if k != index and r.converged]
+        margin = _SEPARATE_OPTIMA * n_eff
+        if not others or best - max(others) <= margin:
+            return
+        warnings.warn(
+            f"EnsembleLearningRegressor: the {len(others) + 1} restarts ended "
+            f"in separate optima (bounds {(best - min(others)) / n_eff:.3g} "
+            "nats per sample apart) and the best was found once; a better "
+            "optimum may exist: increase n_restarts.",
+            ConvergenceWarning,
+        )
 
     @property
     def covariance_(self):
