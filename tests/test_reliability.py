@@ -277,7 +277,7 @@ NON_CONVERGENCE_PATHS = {
     ),
     "hmc-divergences": (
         "HMCNetworkRegressor",
-        {"n_warmup": 0, "step_size": 3.0, "n_leapfrog": 10, "n_chains": 2},
+        {"n_warmup": 0, "n_leapfrog": 10, "n_chains": 2},
         "posterior. increase target_accept (it is 0.8).",
     ),
     "ensemble-phases": (
@@ -292,6 +292,20 @@ NON_CONVERGENCE_PATHS = {
     ),
 }
 _ESTIMATORS_BY_NAME = {type(e).__name__: e for e in ESTIMATORS}
+
+
+def _start_hmc_at_a_diverging_step_size(monkeypatch):
+    """Start the chains at a step size 15 times the default: without
+    warm-up to adapt it, most trajectories diverge."""
+    import functools
+
+    from sklearn_meanfield.hmc import regressor
+
+    monkeypatch.setattr(
+        regressor,
+        "ChainSettings",
+        functools.partial(regressor.ChainSettings, step_size=3.0),
+    )
 
 
 def _stop_lbfgs_after_one_iteration(monkeypatch):
@@ -312,6 +326,8 @@ def test_non_convergence_warns_and_still_predicts(path, monkeypatch):
     name, params, phrase = NON_CONVERGENCE_PATHS[path]
     if path == "gpc-optimiser-stopped":
         _stop_lbfgs_after_one_iteration(monkeypatch)
+    if path == "hmc-divergences":
+        _start_hmc_at_a_diverging_step_size(monkeypatch)
     estimator = clone(_ESTIMATORS_BY_NAME[name]).set_params(**params)
     X, y = _valid_data(estimator, n_samples=40)
     with pytest.warns(ConvergenceWarning) as record:
