@@ -155,9 +155,7 @@ def _results_output(script):
     whose first ``text`` code fence holds the script's output.
     """
     text = RESULTS.read_text(encoding="utf-8")
-    heading = re.search(
-        rf"^## .*\({re.escape(script)}\)\s*$", text, flags=re.MULTILINE
-    )
+    heading = re.search(rf"^## .*\({re.escape(script)}\)\s*$", text, flags=re.MULTILINE)
     if heading is None:
         raise ValueError(f"no section for {script!r} in {RESULTS.name}")
     fence = re.search(r"^```text\n(.*?)^```", text[heading.end() :], re.M | re.S)
@@ -225,7 +223,9 @@ class BenchmarkTable(Directive):
                 start = _first(lines, marker, 0, "start-after") + 1
             stop = len(lines)
             if "end-before" in self.options:
-                stop = _first(lines, self.options["end-before"], start + 1, "end-before")
+                stop = _first(
+                    lines, self.options["end-before"], start + 1, "end-before"
+                )
             elif "end-at" in self.options:
                 stop = _first(lines, self.options["end-at"], start, "end-at") + 1
         except (OSError, ValueError) as error:
@@ -246,12 +246,16 @@ class BenchmarkTable(Directive):
         lines = [line for line in lines if line.strip() and set(line.strip()) != {"-"}]
         if "columns" in self.options:
             header = [label.strip() for label in self.options["columns"].split(",")]
-            rows = [header] + [re.split(r"[\s|]+", line.strip(" |")) for line in lines[1:]]
+            rows = [header] + [
+                re.split(r"[\s|]+", line.strip(" |")) for line in lines[1:]
+            ]
         else:
             rows = [re.split(r"\s{2,}", line.strip()) for line in lines]
         drop = {i - 1 for i in self.options.get("drop-columns", ())}
         if drop:
-            rows = [[cell for i, cell in enumerate(row) if i not in drop] for row in rows]
+            rows = [
+                [cell for i, cell in enumerate(row) if i not in drop] for row in rows
+            ]
         n_cols = len(rows[0])
         for row in rows:
             if len(row) != n_cols:
