@@ -16,83 +16,25 @@ Columns, for ours ("TAP") and scikit-learn's GaussianProcessClassifier
 * log-loss and error on the held-out points (optimised models);
 * loo: our built-in ``loo_error_`` (no refitting), next to our held-out error.
 
+Two more tables repeat the optimised fit with ``label_noise="auto"`` and
+with ``likelihood="logistic"`` (Laplace's own model, so that the comparison
+isolates the approximation).  The last table is the held-out log-loss over
+several data draws (``--draws``): the mean difference ours - Laplace, its
+paired standard error and the draws where ours is lower, since the log-loss
+of a single draw varies from draw to draw by more than the difference.
+
 Times are wall-clock seconds from ``time.perf_counter``, the median of 5
-runs for n <= 500 (single small fits vary by +-20% on a shared machine) and
-of a single run above, after a warm-up fit of both models on 50 points;
-"cpu" is the ratio of the process CPU times (``time.process_time``),
-steadier than wall-clock on a shared machine. BLAS runs on one thread by
-default (``--blas-threads``): on a loaded 2-core machine two OpenBLAS
-threads made a 250 x 250 Cholesky take 0.29 s instead of 0.5 ms, which is
-what the old "7x at n=250" was.
-
+runs for n <= 500 and of a single run above, after a warm-up fit of both
+models on 50 points; "cpu" is the ratio of the process CPU times
+(``time.process_time``), steadier than wall-clock on a shared machine.  BLAS
+runs on one thread by default (``--blas-threads``): several BLAS threads on
+a loaded machine slow small factorisations down by orders of magnitude.
 Every fit time is also printed as soon as it is measured, so a run stopped
-early still reports something.  ``--sizes 2000 --fixed-only`` measures only
-the fixed-kernel fits at the given sizes.
-
-Measured 2026-11-23 05:12 UTC (numpy 2.4.6, scipy 1.17.1, sklearn 1.9.1, one
-BLAS thread, 2 cores, nothing else running)::
-
-      n | fit fixed s: TAP  Lap ratio  cpu | fit opt s: TAP   Lap ratio  cpu
-    250 |             0.01 0.01 1.32x 1.32x |           0.16  0.17 0.94x 0.94x
-    500 |             0.04 0.05 0.71x 0.71x |           0.44  0.95 0.47x 0.47x
-   1000 |             0.22 0.27 0.83x 0.84x |           2.11  4.12 0.51x 0.51x
-   2000 |             1.52 1.94 0.78x 0.78x |          11.86 26.81 0.44x 0.44x
-
-      n | predict ratio | log-loss TAP   Lap | error TAP   Lap | loo TAP
-    250 |         0.96x |       0.2813 0.2801 |     0.093 0.089 |   0.104
-    500 |         1.54x |       0.2619 0.2747 |     0.104 0.101 |   0.108
-   1000 |         0.83x |       0.2309 0.2393 |     0.077 0.079 |   0.086
-   2000 |         0.55x |       0.2254 0.2300 |     0.066 0.064 |   0.089
-
-  label_noise="auto" | fit opt s: auto   Lap ratio | log-loss auto  Lap | noise
-    250              |           0.22   0.17 1.33x |      0.2723 0.2801 | 0.013
-    500              |           1.25   0.95 1.31x |      0.2573 0.2747 | 0.028
-   1000              |           7.04   4.12 1.71x |      0.2097 0.2393 | 0.023
-   2000              |          61.69 26.81 2.30x |      0.1938 0.2300 | 0.028
-
-  likelihood="logistic" | fit opt s: logist  Lap ratio | log-loss logist  Lap
-    250                 |              0.17   0.17 1.04x |        0.2767 0.2801
-    500                 |              0.80   0.95 0.84x |        0.2596 0.2747
-   1000                 |              2.52   4.12 0.61x |        0.2279 0.2393
-   2000                 |             14.77  26.81 0.55x |        0.2216 0.2300
-
-  log-loss, mean over draws | TAP - Lap (se)   wins | auto - Lap  | logist - Lap
-    250 (10 draws)          | -0.0079 (0.0029)  7/10 | -0.0170 9/10 | -0.0113 9/10
-    500 (10 draws)          | -0.0064 (0.0033)  8/10 | -0.0215 10/10| -0.0107 9/10
-   1000 (10 draws)          | -0.0024 (0.0026)  5/10 | -0.0263 10/10| -0.0072 7/10
-   2000 (3 draws)           | -0.0036 (0.0021)  2/3  | -0.0289 3/3  | -0.0082 3/3
-
-(standard errors of auto - Lap 0.0036-0.0060, of logist - Lap 0.0008-0.0028)
-
-The optimised fit takes at most Laplace's time at every n.  At n=250 the
-margin is thin: both fits take about 0.16 s, and over the last sessions' runs
-the ratio was 0.87x-0.99x.  A sweep there is one Cholesky (0.3 ms) and one
-triangular inverse (0.6 ms: OpenBLAS's ``trtri`` runs at half the Cholesky's
-speed at this size; ``trsm`` on the identity and a recursive blocked inverse
-are no faster), and a quarter of the fit is the kernel and its gradient,
-which both models pay.  The fixed-kernel fits at n <= 500 take hundredths of
-a second; the ratios there are of a few milliseconds.
-
-The log-loss of one data draw is a noisy measurement: at n=250 the paired
-difference between TAP and Laplace moves by about 0.01 from one draw to the
-next, more than the mean difference.  The last table is the one the target
-is judged on: the default TAP model's held-out log-loss is lower than
-Laplace's on average at every n (2.7 standard errors at n=250, 0.9 at
-n=1000), although on the first draw at n=250 it is 0.0012 higher.  The
-default probit is not Laplace's model: the logistic's exponential tails
-forgive the 5% flipped labels of ``flip_y`` more than the probit's Gaussian
-ones.  With Laplace's own likelihood (``likelihood="logistic"``) the
-comparison isolates the approximation, and TAP's log-loss is lower at every
-n on the first draw and on 7-9 of 10 draws, 3-4 standard errors on average;
-its fit costs 1.1-1.3x the probit's (the cavity averages of the logistic are
-a quadrature), 1.01x-1.05x Laplace's at n=250.  Learning the label noise
-(``label_noise="auto"``) gives the lowest log-loss of all, at 1.3x-2.3x
-Laplace's fit time (more evaluations, 18-20 against 13-14, and about twice
-the EP sweeps per evaluation: the negative sites of the flipped points
-converge slowly even with acceleration).
+early still reports something.
 
 Run: ``python benchmarks/bench_tap_gpc.py [--quick] [--sizes N ...]
-[--fixed-only] [--blas-threads K] [--draws K]``.
+[--fixed-only] [--blas-threads K] [--draws K]``; ``--sizes 2000
+--fixed-only`` measures only the fixed-kernel fits at the given sizes.
 """
 
 import argparse

@@ -1,163 +1,56 @@
-"""Sparse (FITC) TAP / EP next to exact TAP, through the estimator (issue 17).
+"""Sparse (FITC) TAP / EP next to exact TAP, through the estimator.
 
 Every GP fit is a ``TAPGaussianProcessClassifier``: exact (``n_inducing=None``)
 or sparse (``n_inducing=m``, k-means inducing inputs, ``random_state=0``),
-with the fixed kernel ``ConstantKernel(2) * RBF(1)`` for both models (within
-2 of the exact model's best log evidence, -501, on a 4 x 4 grid of amplitudes
-1-8 and length scales 0.5-1.4 at n = 1000) and the probit likelihood, except
-in part 3 (optimised kernel, and inducing inputs with
+with the fixed kernel ``ConstantKernel(2) * RBF(1)`` for both models (close
+to the exact model's best log evidence on this data) and the probit
+likelihood, except in part 3 (optimised kernel, and inducing inputs with
 ``optimize_inducing_points=True``, L-BFGS-B limited to 60 evaluations).
 
 Data: ``X ~ N(0, I_4)``, boundary ``sin(2 x0) + 0.8 x1^2 - 0.8 + 0.5 x2 x3 >
 0``, every label flipped with probability 0.1 (so the Bayes log-loss is at
 least 0.325, the Bayes error at least 0.10); 2000 held-out points.
-Inducing inputs: the estimator's k-means centres of the training inputs
-(Lloyd's k-means up to 10,000 rows, mini-batch k-means above).
 
 Part 1, n = 2000: held-out log-loss and error of exact TAP and of sparse TAP
 (m = 64, 128, 256), the LOO error from the cavities (no refits) next to the
-held-out error, fit time (k-means included).
+held-out error, fit time (k-means included), sweeps, and each sparse fit's
+log-loss difference and time ratio against the exact fit.
 Part 2, n = 50,000 (``--large``), fixed kernel: fit time and sweeps, peak
-resident memory (``ru_maxrss``, before and after) and
-the held-out log-loss and error (also with the true label noise 0.1 in the
-likelihood), next to exact TAP (same kernel) on the first
-``--subsample`` points and ``LogisticRegression`` and
-``HistGradientBoostingClassifier`` on all the data.
-
-Times are wall-clock (``time.perf_counter``) of one run, next to the process
-CPU time (``time.process_time``, steadier on a shared machine); BLAS threads
-from ``--blas-threads`` (default 1, as ``bench_tap_gpc.py``).  Usage::
-
-    python -m benchmarks.bench_tap_gpc_sparse [--large | --large-only | --quick]
-        [--blas-threads K] [--optimise [--kernel-only] [--optimise-n N]]
-    python -m benchmarks.bench_tap_gpc_sparse --dask [--dask-n N]
-    python -m benchmarks.bench_tap_gpc_sparse --budget [--budget-optimised]
-    python -m benchmarks.bench_tap_gpc_sparse --loo-gap
+resident memory (``ru_maxrss``, before and after) and the held-out log-loss
+and error (also with the true label noise 0.1 in the likelihood), next to
+exact TAP (same kernel) on the first ``--subsample`` points and
+``LogisticRegression`` and ``HistGradientBoostingClassifier`` on all the
+data; ``--data hastie`` runs it on ``make_hastie_10_2`` instead.
+Part 3 (``--optimise``, n = ``--optimise-n``): the optimised fit's time and
+where it goes (evaluations, EP sweeps per evaluation, seconds per sweep).
 
 ``--loo-gap``: the LOO (cavity) error and log-loss minus the held-out ones at
 n = 2000 over 10 data sets with 20,000 held-out points each, exact and
-sparse (m = 256).  Measured 19:30-19:57 UTC at load 8-12 (a script with the
-same fits): LOO - test error exact +0.0033 (sd 0.0042 over the seeds),
-sparse +0.0022 (sd 0.0041); log-loss exact +0.0080 (sd 0.0080), sparse
-+0.0068 (sd 0.0081); standard errors of the means 0.0013 (error) and
-0.0025 (log-loss).  So the LOO is slightly pessimistic on average (about
-0.003 in error and 0.007 in log-loss, 2-3 standard errors), the same for
-the sparse and the exact model (the sparse mode adds no bias of its own),
-and a fifth of the target's 0.01 in error; part 1's 0.023 at n = 2000 is
-one data set scored on 2000 held-out points, whose error rate alone has a
-standard deviation of 0.008, plus the seeds' spread of 0.004.
+sparse (m = 256): their mean and spread tell a bias of the LOO estimate from
+noise.  ``--dask`` (n = ``--dask-n``, m = 256, fixed kernel): the local fit,
+then the same fit under ``joblib.parallel_config(backend="dask")`` on a
+``LocalCluster`` of 2 worker processes with one thread each (the row blocks
+live on the workers); the largest difference of their held-out
+probabilities and the wall-time ratio local / cluster.  ``--budget`` (n =
+``--large-n``, fixed kernel; ``--budget-optimised``: every GP learns its
+kernel): the sparse fit's wall time is the budget; exact TAP and
+scikit-learn's GaussianProcessClassifier are fitted on the first 500, 1000,
+2000, ... rows while the next fit's time, extrapolated from the last two,
+stays within the budget, and the largest fit within it is scored;
+LogisticRegression and HistGradientBoosting on all rows.
 
-``--dask`` (n = 200,000, m = 256, fixed kernel): the local fit, then the same
-fit under ``joblib.parallel_config(backend="dask")`` on a ``LocalCluster``
-of 2 worker processes with one thread each (the row blocks live on the
-workers); the largest difference of their held-out probabilities and the
-wall-time ratio local / cluster.  ``--budget`` (n = ``--large-n``, fixed
-kernel; ``--budget-optimised``: every GP learns its kernel): the sparse
-fit's wall time is the budget; exact TAP and scikit-learn's
-GaussianProcessClassifier are fitted on the first 500, 1000, 2000, ... rows
-while the next fit's time, extrapolated from the last two (cubic growth
-before there are two), stays within the budget, and the largest fit within
-it is scored; LogisticRegression and HistGradientBoosting on all rows.
-Run the heavy parts (``--dask``, ``--optimise --optimise-n 50000``) on a
-quiet machine with ``OPENBLAS_NUM_THREADS=1``.
+Times are wall-clock (``time.perf_counter``) of one run, next to the process
+CPU time (``time.process_time``, steadier on a shared machine); BLAS threads
+from ``--blas-threads`` (default 1, as ``bench_tap_gpc.py``).  Run the heavy
+parts (``--dask``, ``--optimise --optimise-n 50000``) on a quiet machine.
+Usage::
 
-Through the estimator (commit 19def2b + the 'auto' default, idle: load 0.4,
-one BLAS thread), ``--large``: n = 2000 log-loss exact 0.4001, sparse
-64/128/256 0.4302/0.4117/0.4037 (256: 0.12x the exact fit time); n = 50,000
-m = 256 fit 4.3 s with k-means, peak RSS 328 MiB, log-loss 0.3820 (0.3312
-with the label noise in the likelihood, 7.3 s) against exact TAP on 4000
-rows 0.3982 (11.9 s), HistGradientBoosting 0.3708, LogisticRegression 0.6615.
-
-The numbers below were measured at commit 9f51db5, when this script drove
-the core functions (``FITCPosterior`` and ``expectation_propagation``, with
-``KMeans(m, n_init=1, random_state=0)`` centres, k-means timed apart) that
-the estimator now runs; not yet re-measured through the estimator.
-
-Measured 2026-11-23 17:29 UTC (numpy 2.4, scipy 1.17, sklearn 1.9.1, one
-BLAS thread, 2 cores shared with other sessions' tests: load average 4.4
-before, 3.9 after; wall-clock times are inflated by that, the CPU times
-much less)::
-
-    n = 2000, kernel 1.41**2 * RBF(length_scale=1), probit, held-out 2000
-      model       | log-loss  error  | LOO err | fit s  cpu s sweeps | vs exact
-      exact       |  0.4001  0.139  |  0.155  |  4.96   2.47     9  |
-      sparse   64 |  0.4222  0.146  |  0.172  |  0.04   0.04     8  | +0.0221
-      sparse  128 |  0.4083  0.141  |  0.160  |  0.09   0.09     9  | +0.0082
-      sparse  256 |  0.4048  0.143  |  0.158  |  0.22   0.16     9  | +0.0047
-    (sparse 256: time 0.04x, cpu 0.07x of exact)
-
-    n = 50000, m = 256, kernel 1.41**2 * RBF(length_scale=1) fixed, probit
-      sparse TAP: k-means 5.5 s, kernel 1.0 s, EP 6.2 s (9 sweeps, 0.68 s
-      each, converged); fit total 12.7 s; kernel + EP cpu 3.5 s
-      with label noise 0.1: EP 43.5 s (52 sweeps, 21.5 s cpu, 4484
-      negative sites)
-      model                  | log-loss  error | LOO err | fit s
-      sparse TAP m=256       |  0.3796  0.120 |  0.131  |  12.7
-        + label noise 0.1    |  0.3310  0.095 |  0.111  |  50.0
-      exact TAP n=4000       |  0.3982  0.139 |  0.142  |  22.6
-      LogisticRegression     |  0.6615  0.339 |    -    |   0.0
-      HistGradientBoosting   |  0.3708  0.130 |    -    |   1.2
-
-Peak resident memory of the n = 50,000 fit alone (``--large-only``): 171 MiB
-before, 310 MiB after (one n x n matrix: 18.6 GiB).  The Bayes log-loss of
-the data is about 0.325 (label noise 0.1): the sparse fit with the label
-noise in its likelihood is within 0.006 of it.
-
-``--optimise`` (17:00 UTC, load 5; L-BFGS-B, at most 60 evaluations),
-n = 10,000, m = 256, start ``C(2) * RBF([1, 1, 1, 1])``: kernel only 46.9 s
-(24.3 s cpu, 14 evaluations), held-out log-loss 0.4172; kernel and inducing
-inputs 277.4 s (138.8 s cpu, 61 evaluations), 0.4128 (the amplitude grew
-to 44.5**2, FITC's known over-fitting of its diagonal); HistGradientBoosting
-0.4219, LogisticRegression 0.6733.  ``--optimise --kernel-only --optimise-n
-50000`` (17:09 UTC, load 7.5-12): 383 s (131 s cpu, 18 evaluations),
-log-loss 0.3938 against HistGradientBoosting's 0.3973 and
-LogisticRegression's 0.6749.
-
-``--optimise --optimise-n 10000`` after the gradient by matrix products
-(commit e7743cc; 19:58 UTC, load 10, so compare CPU times): kernel only
-11.4 s cpu (35.5 s wall; 16 evaluations, 4.3 EP sweeps each thanks to the
-warm starts), log-loss 0.4173; kernel and inducing inputs 43.3 s cpu
-(135.2 s wall; 61 evaluations, 4.3 sweeps each), 0.4111, against 138.8 s
-cpu for the same 61 evaluations before: the kernel-derivative arrays of
-the inducing-input gradient had taken three quarters of each evaluation.
-The sweeps per evaluation were already low; the cost is linear in n, so
-n = 50,000 should take about 5 x 43 = 220 s cpu, within the 10-minute
-target.  Measured, ``--optimise --optimise-n 50000`` (21:08 UTC, load 0.0
-at the start, 1-2.5 with CI running beside it, one BLAS thread): kernel only
-60.7 s (58.9 s cpu; 21 evaluations, 3.9 sweeps each), log-loss 0.3974;
-kernel and inducing inputs 239.1 s (176.5 s cpu; 61 evaluations, 3.8 sweeps
-each), log-loss 0.3795 / error 0.113 (LOO error 0.112), against the
-10-minute target; HistGradientBoosting 0.3973 / 0.141, LogisticRegression
-0.6749 / 0.369.
-
-``--budget`` (20:03 UTC, load 9.5, so the sizes are those a loaded machine
-fits): the sparse fit of n = 50,000 took 10.7 s; in that time exact TAP fits
-2000 rows (4.0 s; 4000 was extrapolated to 26 s) and scikit-learn's GPC
-2000 (5.8 s).  Held-out log-loss / error: sparse 0.3820 / 0.112, exact TAP
-on 2000 0.4104 / 0.158, scikit-learn GPC on 2000 0.4138 / 0.151,
-LogisticRegression 0.6615 / 0.339, HistGradientBoosting 0.3708 / 0.130 (1.3
-s).  The sparse fit is the best GP and far ahead of the linear model;
-HistGradientBoosting is ahead of it with the noise-free likelihood, behind
-it (0.331, part 2) with the data's label noise in the likelihood.
-
-``--dask --dask-n 50000`` (20:03 UTC, load 10): the Dask fit equals the
-local one to 2.1e-15 in held-out probabilities (same 8 sweeps); wall-time
-ratio local / cluster 0.50 at that load (two worker processes competing
-with ten other processes for two cores: not a measure of the speed-up).
-
-LOO against brute force (19:50-20:00 UTC, load 10): on 300 random points of
-the n = 2000 data set of seed 100, the sparse model refitted without each
-point (kernel and inducing inputs kept) gives the same LOO error as the
-cavities (0.1733) and log-loss 0.4915 against 0.4906, largest probability
-difference 0.006: the cavities are the sparse model's leave-one-out.
-
-``--large-only --data hastie``: the n = 50,000 part on Hastie, Tibshirani and
-Friedman's ten-input benchmark (``make_hastie_10_2``, generated without
-network; kernel 2 * RBF(3) fixed).  Measured at load 1.3-2.0 (CI running
-beside it), one BLAS thread: sparse fit 9.0 s (6.0 s CPU, 14 sweeps, k-means
-included), peak RSS 321 MiB; held-out log-loss / error 0.086 / 0.018 (LOO
-error 0.013), against exact TAP on 4000 rows 0.181 / 0.025 (19.6 s),
-HistGradientBoosting 0.210 / 0.053 and LogisticRegression 0.693 / 0.477.
+    python -m benchmarks.bench_tap_gpc_sparse [--large | --large-only | --quick]
+        [--blas-threads K] [--data {nonlinear,hastie}]
+        [--optimise [--kernel-only] [--optimise-n N]]
+    python -m benchmarks.bench_tap_gpc_sparse --dask [--dask-n N]
+    python -m benchmarks.bench_tap_gpc_sparse --budget [--budget-optimised]
+    python -m benchmarks.bench_tap_gpc_sparse --loo-gap
 """
 
 import argparse
@@ -282,20 +175,22 @@ def part_one(kernel, n=2000, sizes=(64, 128, 256)):
     exact, timer = fit_gp(kernel, X, t)
     ll, err = log_loss_and_error(positive(exact, X_test), t_test)
     print(f"n = {n}, kernel {kernel}, probit, held-out {N_TEST}")
-    print("  model       | log-loss  error  | LOO err | fit s  cpu s sweeps | vs exact")
     print(
-        f"  exact       |  {ll:.4f}  {err:.3f}  |  {exact.loo_error_:.3f}  |"
-        f" {timer.wall:5.2f} {timer.cpu:6.2f}  {exact.n_iter_:4d}  |"
+        "  model       | log-loss  error | LOO err |  fit s  cpu s sweeps |"
+        " vs exact: log-loss  time   cpu"
+    )
+    print(
+        f"  exact       |   {ll:.4f}  {err:.3f} |   {exact.loo_error_:.3f} |"
+        f" {timer.wall:6.2f} {timer.cpu:6.2f} {exact.n_iter_:6d} |"
     )
     for m in sizes:
         sparse, s_timer = fit_gp(kernel, X, t, m)
         ll_s, err_s = log_loss_and_error(positive(sparse, X_test), t_test)
         print(
-            f"  sparse {m:4d} |  {ll_s:.4f}  {err_s:.3f}  |"
-            f"  {sparse.loo_error_:.3f}  | {s_timer.wall:5.2f} {s_timer.cpu:6.2f}"
-            f"  {sparse.n_iter_:4d}  |"
-            f" log-loss {ll_s - ll:+.4f}, time {s_timer.wall / timer.wall:.2f}x"
-            f" (cpu {s_timer.cpu / timer.cpu:.2f}x)"
+            f"  sparse {m:4d} |   {ll_s:.4f}  {err_s:.3f} |"
+            f"   {sparse.loo_error_:.3f} | {s_timer.wall:6.2f} {s_timer.cpu:6.2f}"
+            f" {sparse.n_iter_:6d} |            {ll_s - ll:+.4f}"
+            f" {s_timer.wall / timer.wall:5.2f}x {s_timer.cpu / timer.cpu:5.2f}x"
         )
 
 
