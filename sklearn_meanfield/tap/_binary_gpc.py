@@ -298,6 +298,11 @@ class _OptimizerRun(NamedTuple):
     stopped: bool
 
 
+def _with_max_iter(options, max_iter):
+    """``options`` with at most ``max_iter`` sweeps (None: unchanged)."""
+    return options if max_iter is None else replace(options, max_iter=max_iter)
+
+
 # An evaluation whose EP did not converge (plain and fractional EP stalled:
 # typically the noise-free step on a kernel that cannot separate the data
 # without huge fields), or whose solution is degenerate (its fitted means
@@ -328,15 +333,16 @@ class _Search:
     evaluations: int = 0
     history: list = field(default_factory=list)
 
-    def evaluate(self, theta, start, eval_gradient):
-        """The :class:`_Evaluation` at ``theta`` from warm starts ``start``
-        (a subclass evaluates another model's evidence)."""
+    def evaluate(self, theta, start, eval_gradient, max_iter=None):
+        """The :class:`_Evaluation` at ``theta`` from warm starts ``start``,
+        in at most ``max_iter`` sweeps (None: the options' own); a subclass
+        evaluates another model's evidence."""
         return _evaluate(
             theta,
             self.X,
             self.t,
             self.kernel,
-            self.options,
+            _with_max_iter(self.options, max_iter),
             start,
             eval_gradient=eval_gradient,
             tol=max(self.options.tol, self.tol),
@@ -354,12 +360,8 @@ class _Search:
             # Sites from far away (a long first step of the line search) can
             # hold EP where a cold start converges: a warm start gets a
             # quarter of the sweeps, then a cold start all of them.
-            options = self.options
-            self.options = replace(options, max_iter=max(25, options.max_iter // 4))
-            try:
-                evaluation = self.evaluate(theta, start, eval_gradient)
-            finally:
-                self.options = options
+            max_iter = max(25, self.options.max_iter // 4)
+            evaluation = self.evaluate(theta, start, eval_gradient, max_iter)
         if not start or not evaluation.solution.converged:
             evaluation = self.evaluate(theta, [], eval_gradient)
         self.evaluations += 1

@@ -51,6 +51,7 @@ from ._binary_gpc import (
     _search_space,
     _solve,
     _warn_at_bounds,
+    _with_max_iter,
     best_optimiser_run,
     check_restart_bounds,
     contradicted_points,
@@ -398,13 +399,13 @@ class _SparseSearch(_Search):
             text += f"] and [{len(self.Z)} inducing inputs"
         return text
 
-    def evaluate(self, params, start, eval_gradient):
+    def evaluate(self, params, start, eval_gradient, max_iter=None):
         return _evaluate(
             params,
             self.X,
             self.t,
             self.kernel,
-            self.options,
+            _with_max_iter(self.options, max_iter),
             self.inducing,
             self.Z,
             start,
