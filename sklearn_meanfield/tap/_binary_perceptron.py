@@ -168,7 +168,7 @@ def _free_energy_score(solution):
     """Larger is better: the TAP log evidence, else the leave-one-out log-lik."""
     if np.isfinite(solution.log_evidence):
         return solution.log_evidence
-    return float(np.sum(solution.log_z))
+    return _loo_log_likelihood(solution, None)
 
 
 def _learn_label_noise(posterior, t, w, options, reporter):

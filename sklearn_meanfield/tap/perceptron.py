@@ -535,6 +535,14 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
             ]
         )
 
+    def _log_positive(self, z):
+        """``log(kappa_k + (1 - 2 kappa_k) Phi(z_k))`` column by column, with
+        each problem's label noise ``kappa_k``."""
+        label_noise = np.atleast_1d(self.label_noise_)
+        return np.column_stack(
+            [log_noisy_step(z[:, k], noise) for k, noise in enumerate(label_noise)]
+        )
+
     def decision_function(self, X):
         """Mean field in units of its posterior standard deviation.
 
@@ -560,12 +568,7 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         z = self._standardised(mean, var)
         if z.shape[1] == 1:
             return z[:, 0].astype(dtype, copy=False)
-        log_odds = np.column_stack(
-            [
-                log_noisy_step(z[:, k], noise) - log_noisy_step(-z[:, k], noise)
-                for k, noise in enumerate(self.label_noise_)
-            ]
-        )
+        log_odds = self._log_positive(z) - self._log_positive(-z)
         return log_odds.astype(dtype, copy=False)
 
     def predict_proba(self, X):
@@ -605,19 +608,13 @@ class TAPPerceptronClassifier(CallbackSupportMixin, ClassifierMixin, BaseEstimat
         """
         mean, var, dtype = self._fields(X)
         z = self._standardised(mean, var)
-        label_noise = np.atleast_1d(self.label_noise_)
+        log_positive = self._log_positive(z)
         if z.shape[1] == 1:
             # 1 - kappa - (1 - 2 kappa) Phi(z) = kappa + (1 - 2 kappa) Phi(-z).
             log_proba = np.column_stack(
-                [
-                    log_noisy_step(-z[:, 0], label_noise[0]),
-                    log_noisy_step(z[:, 0], label_noise[0]),
-                ]
+                [self._log_positive(-z)[:, 0], log_positive[:, 0]]
             )
         else:
-            log_positive = np.column_stack(
-                [log_noisy_step(z[:, k], noise) for k, noise in enumerate(label_noise)]
-            )
             with np.errstate(divide="ignore"):
                 total = logsumexp(log_positive, axis=1, keepdims=True)
             uniform = np.full_like(log_positive, -np.log(z.shape[1]))
