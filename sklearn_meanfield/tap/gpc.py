@@ -46,6 +46,11 @@ from ._multiclass import (
     positive_to_proba,
     warn_if_no_better_than_majority,
 )
+from ._multinomial_gpc import (
+    check_multinomial_memory,
+    fit_multinomial,
+    multinomial_log_evidence,
+)
 from ._sparse_gpc import (
     InducingOptions,
     check_sparse_fit_memory,
@@ -327,7 +332,7 @@ class TAPGaussianProcessClassifier(
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="neither")],
         "damping": [Interval(Real, 0, 1, closed="right")],
-        "multi_class": [StrOptions({"one_vs_rest", "one_vs_one"})],
+        "multi_class": [StrOptions({"one_vs_rest", "one_vs_one", "multinomial"})],
         "class_weight": [dict, StrOptions({"balanced"}), None],
         "copy_X_train": ["boolean"],
         "n_inducing": [
@@ -498,6 +503,8 @@ class TAPGaussianProcessClassifier(
                 "copy of the kernel each, and the fitted kernel_ is a "
                 "CompoundKernel of them."
             )
+        if self.multi_class == "multinomial":
+            self._check_multinomial_options()
         if self.label_noise == "auto" and self.optimizer is None:
             raise ValueError(
                 "label_noise='auto' learns the label noise with the optimizer; "
@@ -513,6 +520,10 @@ class TAPGaussianProcessClassifier(
         rng = check_random_state(self.random_state)
         options = self._options()
 
+        if self._multinomial():
+            self.X_train_ = np.copy(X) if self.copy_X_train else X
+            self._fit_multinomial(X, y, y_index, kernel, sample_weight, rng)
+            return self
         inducing = self._inducing_options(X)
         self.X_train_ = np.copy(X) if self.copy_X_train else X
         problems = self._problem_specs(y_index, sample_weight)
@@ -552,6 +563,88 @@ class TAPGaussianProcessClassifier(
         self._problems, self._fits = problems, fits
         self._store(X, y, sample_weight)
         return self
+
+    def _multinomial(self):
+        """Whether the fitted (or to be fitted) model is the coupled one; two
+        classes are the binary probit model, which it reduces to."""
+        return self.multi_class == "multinomial" and self.n_classes_ > 2
+
+    def _check_multinomial_options(self):
+        """Refuse the options the multinomial probit model does not have."""
+        if self.likelihood != "probit" or self.label_noise != 0.0:
+            raise ValueError(
+                "multi_class='multinomial' is the multinomial probit model: "
+                "likelihood='probit' with label_noise=0.0 (got likelihood="
+                f"{self.likelihood!r}, label_noise={self.label_noise!r})."
+            )
+        if self.method != "tap":
+            raise ValueError(
+                "multi_class='multinomial' is solved by nested EP, the adaptive "
+                "TAP fixed point: method='tap' (got method='naive')."
+            )
+        if not isinstance(self.inducing_points, str) or self.n_inducing not in (
+            None,
+            "auto",
+        ):
+            raise ValueError(
+                "multi_class='multinomial' fits the exact model only (n_inducing="
+                "None or 'auto'); for the sparse mode use 'one_vs_rest'."
+            )
+
+    def _fit_multinomial(self, X, y, y_index, kernel, sample_weight, rng):
+        """Fit the coupled model on the rows of positive weight and store it."""
+        keep, weights = positive_site_weights(sample_weight, len(y_index))
+        rows = None if len(keep) == len(y_index) else keep
+        X_kept = _take(self.X_train_, rows)
+        optimise = self.optimizer is not None
+        check_multinomial_memory(
+            _num_samples(X_kept),
+            self.n_classes_,
+            kernel.n_dims,
+            optimise,
+            max(
+                1,
+                min(
+                    effective_n_jobs(self.n_jobs),
+                    1 + self.n_restarts_optimizer * optimise,
+                ),
+            ),
+        )
+        labels = y_index if rows is None else y_index[rows]
+        with fit_progress(self, self.verbose, max_steps=1, X=X, y=y) as reporter:
+            fit = fit_multinomial(
+                X_kept,
+                labels,
+                self.n_classes_,
+                kernel,
+                self._options(),
+                int(draw_seeds(rng, 1)[0]),
+                self.n_jobs,
+                reporter.task,
+                weights,
+            )
+        self._multinomial_rows, self._multinomial_fit = rows, fit
+        self.kernel_ = fit.kernel
+        self.log_marginal_likelihood_value_ = np.float64(fit.log_evidence)
+        self.n_iter_ = int(fit.solution.n_iter)
+        self.label_noise_ = 0.0
+        self.inducing_points_ = None
+        if fit.loo_valid:
+            self.loo_proba_ = self._loo_positive(_num_samples(X))
+            self.loo_error_ = weighted_error_rate(
+                y, self.classes_[np.argmax(self.loo_proba_, axis=1)], sample_weight
+            )
+            warn_if_no_better_than_majority(
+                self.loo_error_,
+                y,
+                sample_weight,
+                f"The fitted kernel is {self.kernel_}. If the classes depend on "
+                "X, standardise the features, raise n_restarts_optimizer or pass "
+                "a kernel on the data's scale.",
+            )
+        else:  # the fit warned why
+            self.loo_proba_ = np.full((_num_samples(X), self.n_classes_), np.nan)
+            self.loo_error_ = float("nan")
 
     def _store(self, X, y, sample_weight):
         """The fitted attributes of the binary problems' fits."""
@@ -692,7 +785,12 @@ class TAPGaussianProcessClassifier(
         return self._fits[k].latent(_take(self.X_train_, self._problems[k].rows), X)
 
     def _positive(self, X):
-        """Each problem's predictive probability of its positive class."""
+        """Each problem's predictive probability of its positive class (the
+        multinomial model: the class probabilities)."""
+        if self._multinomial():
+            return self._multinomial_fit.proba(
+                _take(self.X_train_, self._multinomial_rows), X
+            )
         columns = []
         for k, fit in enumerate(self._fits):
             mean, var = self._problem_latent(k, X)
@@ -705,8 +803,20 @@ class TAPGaussianProcessClassifier(
         A sample a problem was fitted on gets its cavity's prediction (the
         problem refitted without it); any other sample (of another pair of
         classes, or of zero weight) the problem's plain prediction, since
-        leaving it out changes nothing.
+        leaving it out changes nothing.  The multinomial model: the class
+        probabilities of its C-dimensional cavities.
         """
+        if self._multinomial():
+            rows = self._multinomial_rows
+            proba = self._multinomial_fit.solution.loo_proba()
+            if rows is None:
+                return proba
+            out = np.empty((n_samples, self.n_classes_))
+            out[rows] = proba
+            others = np.setdiff1d(np.arange(n_samples), rows)
+            if others.size:
+                out[others] = self._positive(_safe_indexing(self.X_train_, others))
+            return out
         columns = []
         for k, (problem, fit) in enumerate(zip(self._problems, self._fits)):
             likelihood, solution = fit.likelihood, fit.solution
@@ -729,6 +839,8 @@ class TAPGaussianProcessClassifier(
         return self.n_classes_ > 2 and self.multi_class == "one_vs_one"
 
     def _proba(self, positive):
+        if self._multinomial():
+            return positive
         if self._one_vs_one():
             return pairwise_coupling(positive, self.n_classes_)
         return positive_to_proba(positive)
@@ -891,6 +1003,10 @@ class TAPGaussianProcessClassifier(
                 "theta must be a one-dimensional array of finite "
                 f"log-hyperparameters (like kernel_.theta); got {theta!r}."
             )
+        if self._multinomial():
+            return self._multinomial_log_marginal_likelihood(
+                theta, eval_gradient, clone_kernel
+            )
         n_problems = len(self._problems)
         n_dims = self._fits[0].kernel.n_dims
         options = self._options()
@@ -940,6 +1056,30 @@ class TAPGaussianProcessClassifier(
         if shared:
             return value, np.mean(gradients, axis=0)
         return value, np.concatenate(gradients) / n_problems
+
+    def _multinomial_log_marginal_likelihood(self, theta, eval_gradient, clone_kernel):
+        """Nested EP's evidence of the multinomial model at ``theta``."""
+        fit = self._multinomial_fit
+        if len(theta) != fit.kernel.n_dims:
+            raise ValueError(
+                f"theta has {len(theta)} entries; expected {fit.kernel.n_dims} "
+                "(the shared kernel's log-hyperparameters, like kernel_.theta)."
+            )
+        result = multinomial_log_evidence(
+            theta,
+            _take(self.X_train_, self._multinomial_rows),
+            fit.solution.labels,
+            self.n_classes_,
+            fit.kernel,
+            self._options(),
+            eval_gradient=eval_gradient,
+            weights=fit.solution.weights,
+        )
+        if not clone_kernel:
+            self.kernel_.theta = theta
+        if eval_gradient:
+            return np.float64(result[0]), result[1]
+        return np.float64(result)
 
     def _problem_thetas(self, theta, learned):
         """Each binary problem's block of ``theta`` and whether they share one.
