@@ -50,6 +50,7 @@ import numpy as np
 from scipy.linalg import cho_solve, cholesky, lapack, solve_triangular
 from scipy.special import log_ndtr
 
+from ._acceleration import _AndersonMixing
 from ._sweep import Sweep
 
 __all__ = [
@@ -76,7 +77,16 @@ _PREDICTIVE_TOL = 1e-10
 # The damping is halved when this many sweeps in a row bring no residual
 # below the best so far.
 _STALLED_SWEEPS = 3
+# Sites' precisions below which E_c K is multiplied out, not derived from
+# E_c (its rounding grows as 1 / sqrt(pi); 1e-8 keeps it below 1e-8).
+_DIRECT_PRECISION = 1e-8
 _MIN_DAMPING = 0.05
+# Anderson mixing of the last sweeps' factors (as the binary EP does), once
+# the residual is below _ANDERSON_MAX_RESIDUAL; a step that multiplies the
+# residual by more than _ANDERSON_REJECT_RATIO is undone.
+_ANDERSON_MEMORY = 5
+_ANDERSON_MAX_RESIDUAL = 0.5
+_ANDERSON_REJECT_RATIO = 2.0
 
 
 def other_classes(labels, n_classes):
@@ -216,6 +226,7 @@ class CoupledPosterior:
             inverse = np.tril(inverse) + np.tril(inverse, -1).T
             E[c] = root[:, c, None] * inverse * root[None, :, c]
         self.E = E
+        self.pi = pi
         self.P_factor = cholesky(E.sum(axis=0), lower=True, check_finite=False)
         # log |I + K Pi| = sum_c log |B_c| + log |P| - sum_i log S_i.
         self.log_det = (
@@ -241,17 +252,37 @@ class CoupledPosterior:
         ndarray of shape (n, C)
         """
         Knu = K @ nu_f
-        e = np.einsum("cij,jc->ic", self.E, Knu)
+        e = (self.E @ Knu.T[:, :, None])[:, :, 0].T
         g = self._solve_P(e.sum(axis=1))
-        return nu_f - e + np.einsum("cij,j->ic", self.E, g)
+        return nu_f - e + (self.E @ g).T
 
-    def covariance_terms(self, K_cross):
+    def _training_products(self, K):
+        """``E_c K`` for every class without a matrix product.
+
+        ``D^1/2 K D^1/2 = B - I`` gives ``E_c K = I - D^1/2 B^-1 D^-1/2``,
+        whose column ``i`` is ``e_i - E_c[:, i] / pi_ic``; a column whose
+        ``pi_ic`` is below ``_DIRECT_PRECISION`` (rounding would be
+        amplified by ``1 / sqrt(pi_ic)``) is multiplied out.
+        """
+        pi = self.pi.T  # (C, n)
+        direct = pi < _DIRECT_PRECISION
+        EK = -self.E / np.where(direct, 1.0, pi)[:, None, :]
+        idx = np.arange(pi.shape[1])
+        EK[:, idx, idx] += 1.0
+        for c in np.flatnonzero(direct.any(axis=1)):
+            columns = direct[c]
+            EK[c][:, columns] = self.E[c] @ K[:, columns]
+        return EK
+
+    def covariance_terms(self, K_cross, EK=None):
         """What the marginal covariances at some inputs need.
 
         Parameters
         ----------
         K_cross : ndarray of shape (n, m)
             Kernel between the training points and ``m`` inputs.
+        EK : ndarray of shape (C, n, m) or None
+            ``E_c K_cross`` when known.
 
         Returns
         -------
@@ -260,7 +291,8 @@ class CoupledPosterior:
         coupling : ndarray of shape (m, C, C)
             ``k' E_c P^-1 E_d k``: what the coupling gives back.
         """
-        EK = np.einsum("cij,jm->cim", self.E, K_cross)
+        if EK is None:
+            EK = self.E @ K_cross
         reduction = np.einsum("im,cim->mc", K_cross, EK)
         U = solve_triangular(
             self.P_factor,
@@ -283,7 +315,7 @@ class CoupledPosterior:
         cov : ndarray of shape (n, C, C)
         """
         a = self.coefficients(K, nu_f)
-        reduction, coupling = self.covariance_terms(K)
+        reduction, coupling = self.covariance_terms(K, self._training_products(K))
         cov = coupling
         idx = np.arange(self.n_classes)
         cov[:, idx, idx] += np.diag(K)[:, None] - reduction
@@ -656,8 +688,9 @@ def multinomial_ep(
     Every sweep solves the coupled posterior for all sites, forms each
     point's cavity (one copy of its site removed: power EP, so a weight
     ``w`` is the point repeated ``w`` times), runs one inner sweep from the
-    point's current inner factors and takes a damped step towards them.  The
-    step is halved when the residual stops making progress.
+    point's current inner factors and takes a damped step towards them
+    (halved when the residual stops making progress), or, near the fixed
+    point, an Anderson-mixed step of the last sweeps.
 
     Parameters
     ----------
@@ -672,9 +705,9 @@ def multinomial_ep(
         Candidate starting factors; the first is used.
     max_iter : int
     tol : float
-        Convergence: no posterior mean moves by more than ``tol`` marginal
-        standard deviations and no standard deviation by more than ``tol``
-        of itself in a sweep.
+        Convergence: no inner factor's update changes its precision by more
+        than ``tol`` times its direction's inverse variance, or its
+        precision-mean by ``tol`` times its inverse standard deviation.
     damping : float in (0, 1]
     on_iteration : callable or None
         ``on_iteration(sweep)`` after every sweep; True stops the run.
@@ -692,10 +725,13 @@ def multinomial_ep(
         sites = InnerSites(np.maximum(np.array(tau, dtype=float), 0.0), np.array(nu))
     else:
         sites = InnerSites.zeros(n, n_classes)
+    others = other_classes(labels, n_classes)
+    rows = np.arange(n)[:, None]
+    mixing = _AndersonMixing(_ANDERSON_MEMORY)
     step = damping
     best_residual = np.inf
     stalled = 0
-    previous = None
+    undo = None  # the iterate before an accelerated step, to fall back to
     converged = stopped = False
     n_iter = 0
     while True:
@@ -703,19 +739,50 @@ def multinomial_ep(
         pi_w, nu_w = pi * column, nu_f * column
         posterior = CoupledPosterior(K, pi_w)
         a, mean, cov = posterior.marginals(K, nu_w)
-        sd = np.sqrt(np.maximum(np.diagonal(cov, axis1=1, axis2=2), 1e-300))
-        if previous is not None:
-            residual = max(
-                np.max(np.abs(mean - previous[0]) / sd),
-                np.max(np.abs(sd - previous[1]) / sd),
-            )
-            n_iter += 1
-            if residual <= tol:
-                converged = True
-            if on_iteration is not None and on_iteration(
-                Sweep("EP", n_iter, float(residual), step)
-            ):
-                stopped = True
+        cavity_mean, cavity_cov = cavities(mean, cov, pi, nu_f)
+        proposal, _, _ = inner_ep(
+            cavity_mean, cavity_cov, labels, sites, _INNER_SWEEPS, normalisers=False
+        )
+        # The factors' changes in their own units: each factor's direction
+        # s = u + f_y - f_j has the cavity variance below.
+        label_var = cavity_cov[rows[:, 0], labels, labels][:, None]
+        other_var = np.take_along_axis(
+            np.diagonal(cavity_cov, axis1=1, axis2=2), others, axis=1
+        )
+        cross = cavity_cov[rows, labels[:, None], others]
+        scale = np.concatenate(
+            [(1.0 + label_var + other_var - 2 * cross).ravel()] * 2
+        )
+        scale[len(scale) // 2 :] = np.sqrt(scale[len(scale) // 2 :])
+        x = np.concatenate([sites.beta.ravel(), sites.nu.ravel()])
+        change = np.concatenate([proposal.beta.ravel(), proposal.nu.ravel()]) - x
+        residual = float(np.max(np.abs(change) * scale, initial=0.0))
+        if residual <= tol:
+            converged = True
+            break
+        if n_iter >= max_iter:
+            break
+        n_iter += 1
+        if on_iteration is not None and on_iteration(
+            Sweep("EP", n_iter, residual, step)
+        ):
+            stopped = True
+            break
+        if undo is not None and residual > _ANDERSON_REJECT_RATIO * undo[2]:
+            # The extrapolation threw the sites off: back to the iterate
+            # before it, and a damped step from there.
+            x, change, residual = undo
+            mixing.restart()
+            proposed = None
+        else:
+            proposed = None
+            if residual < _ANDERSON_MAX_RESIDUAL:
+                proposed = mixing.propose(x, change, scale)
+        undo = None
+        if proposed is not None:
+            undo = (x, change, residual)
+            x_next = proposed
+        else:
             # Parallel updates overshoot in period two: the residual stops
             # making progress rather than growing.
             if residual < best_residual:
@@ -725,16 +792,12 @@ def multinomial_ep(
             if stalled >= _STALLED_SWEEPS:
                 step = max(0.5 * step, _MIN_DAMPING)
                 stalled = 0
-        if converged or stopped or n_iter >= max_iter:
-            break
-        previous = (mean, sd)
-        cavity_mean, cavity_cov = cavities(mean, cov, pi, nu_f)
-        new, _, _ = inner_ep(
-            cavity_mean, cavity_cov, labels, sites, _INNER_SWEEPS, normalisers=False
-        )
+                mixing.restart()
+            x_next = x + step * change
+        half = len(x_next) // 2
         sites = InnerSites(
-            sites.beta + step * (new.beta - sites.beta),
-            sites.nu + step * (new.nu - sites.nu),
+            np.maximum(x_next[:half], 0.0).reshape(n, n_classes - 1),
+            x_next[half:].reshape(n, n_classes - 1),
         )
     cavity_mean, cavity_cov = cavities(mean, cov, pi, nu_f)
     _, log_site_norm, _ = inner_ep(cavity_mean, cavity_cov, labels, sites, 0)
