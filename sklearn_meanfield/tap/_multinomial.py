@@ -750,9 +750,7 @@ def multinomial_ep(
             np.diagonal(cavity_cov, axis1=1, axis2=2), others, axis=1
         )
         cross = cavity_cov[rows, labels[:, None], others]
-        scale = np.concatenate(
-            [(1.0 + label_var + other_var - 2 * cross).ravel()] * 2
-        )
+        scale = np.concatenate([(1.0 + label_var + other_var - 2 * cross).ravel()] * 2)
         scale[len(scale) // 2 :] = np.sqrt(scale[len(scale) // 2 :])
         x = np.concatenate([sites.beta.ravel(), sites.nu.ravel()])
         change = np.concatenate([proposal.beta.ravel(), proposal.nu.ravel()]) - x
