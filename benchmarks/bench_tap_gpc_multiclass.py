@@ -1,0 +1,378 @@
+"""TAPGaussianProcessClassifier: multinomial vs one-vs-rest, one-vs-one, Laplace GPC.
+
+Four classifiers, side by side in one process on the same splits:
+``TAPGaussianProcessClassifier(multi_class=...)`` with ``"multinomial"`` (one
+multinomial probit GP model for all classes, solved by nested EP),
+``"one_vs_rest"`` and ``"one_vs_one"`` (binary probit problems), and
+scikit-learn's ``GaussianProcessClassifier`` (Laplace, one-vs-rest).  Ours use
+their default kernel (``kernel=None``: ``ConstantKernel(1.0) * RBF(ell)``,
+``ell`` the median distance between the training rows); scikit-learn's gets
+``ConstantKernel(1.0) * RBF(ell)`` with ``ell`` the median pairwise distance
+of the distinct training rows, so that every model starts on the data's
+scale.  All optimise the kernel's hyperparameters (``fmin_l_bfgs_b``,
+``n_restarts_optimizer=0``), with ``random_state=0`` and ``n_jobs=1`` (the
+binary problems are fitted one after the other).
+
+Data, every set standardised by a ``StandardScaler`` fitted on its training
+part; the splits are stratified with ``random_state=0``:
+
+* iris and wine (bundled): 70% train, 30% held out;
+* digits (bundled): 600 training rows (300 with ``--quick``), the rest
+  held out;
+* classification-8: ``make_classification(n_samples=6000, n_features=12,
+  n_informative=8, n_redundant=2, n_classes=8, n_clusters_per_class=2,
+  flip_y=0.02, random_state=0)``, 600 training rows, 2000 held out;
+* quantiles-6: ``make_gaussian_quantiles(n_samples=4000, n_features=4,
+  n_classes=6, random_state=0)`` (classes are nested shells), 600 training
+  rows (300 with ``--quick``), 2000 held out.
+
+Columns, per data set and method: held-out log-loss of ``predict_proba``;
+held-out error of ``predict``; our ``loo_error_`` (leave-one-out error of
+``predict``'s rule from the cavity distributions, no refitting; "-" for
+scikit-learn); fit time in wall-clock seconds (``time.perf_counter``, one
+run, after a warm-up fit of every method); the ratio of the fit time to
+one-vs-rest's, in wall-clock and in process CPU time (``time.process_time``,
+steadier on a shared machine); and the number of ConvergenceWarnings a fit
+raised (suppressed, blank when none; their messages follow the table).  BLAS
+runs on one thread by default (``--blas-threads``), as in
+``bench_tap_gpc.py``.
+
+The summary reports, without asserting, whether three targets hold: the
+multinomial model's held-out log-loss below one-vs-rest's and below
+scikit-learn's on every data set; ``|loo_error_ - held-out error| <= 0.02``
+for the multinomial model (next to the held-out error's binomial standard
+error at the leave-one-out rate, which on the small test sets exceeds 0.02);
+and the multinomial fit time at most 2x one-vs-rest's.
+
+Run: ``python benchmarks/bench_tap_gpc_multiclass.py [--quick]
+[--datasets NAME ...] [--blas-threads K]``; ``--quick`` runs iris, wine,
+digits and quantiles-6 with at most 300 training rows, the full mode all five
+sets with at most 600.
+"""
+
+import argparse
+import os
+import time
+import warnings
+
+import numpy as np
+import scipy
+import sklearn
+from scipy.spatial.distance import pdist
+from sklearn.datasets import (
+    load_digits,
+    load_iris,
+    load_wine,
+    make_classification,
+    make_gaussian_quantiles,
+)
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process import GaussianProcessClassifier
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+from sklearn.metrics import log_loss
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from sklearn_meanfield import TAPGaussianProcessClassifier
+
+# Exact GP fits cost O(n^3) a sweep (times the classes), so the training part
+# of the larger sets is subsampled; the held-out part is capped too.
+MAX_TRAIN = 600
+MAX_TRAIN_QUICK = 300
+MAX_TEST = 2000
+SMALL_TEST_FRACTION = 0.3
+LOO_GAP = 0.02
+TIME_RATIO = 2.0
+
+METHODS = ("multinomial", "one_vs_rest", "one_vs_one", "sklearn")
+
+
+def _classification_8():
+    return make_classification(
+        n_samples=6000,
+        n_features=12,
+        n_informative=8,
+        n_redundant=2,
+        n_classes=8,
+        n_clusters_per_class=2,
+        flip_y=0.02,
+        random_state=0,
+    )
+
+
+def _quantiles_6():
+    return make_gaussian_quantiles(
+        n_samples=4000, n_features=4, n_classes=6, random_state=0
+    )
+
+
+# name: (loader, small set split 70/30)
+DATA_SETS = {
+    "iris": (lambda: load_iris(return_X_y=True), True),
+    "wine": (lambda: load_wine(return_X_y=True), True),
+    "digits": (lambda: load_digits(return_X_y=True), False),
+    "classification-8": (_classification_8, False),
+    "quantiles-6": (_quantiles_6, False),
+}
+QUICK_DATA_SETS = ("iris", "wine", "digits", "quantiles-6")
+
+
+def load(name, max_train):
+    """Standardised stratified train and held-out parts of a data set."""
+    loader, small = DATA_SETS[name]
+    X, y = loader()
+    if small:
+        sizes = {"test_size": SMALL_TEST_FRACTION}
+    else:
+        n_train = min(max_train, len(y) // 2)
+        sizes = {"train_size": n_train, "test_size": min(MAX_TEST, len(y) - n_train)}
+    X_train, X_test, y_train, y_test = train_test_split(
+        X, y, stratify=y, random_state=0, **sizes
+    )
+    if len(y_train) > max_train:
+        X_train, _, y_train, _ = train_test_split(
+            X_train, y_train, train_size=max_train, stratify=y_train, random_state=0
+        )
+    scaler = StandardScaler().fit(X_train)
+    return scaler.transform(X_train), y_train, scaler.transform(X_test), y_test
+
+
+def median_distance(X):
+    """Median pairwise distance between the distinct rows of ``X``."""
+    return float(np.median(pdist(np.unique(X, axis=0))))
+
+
+def make_model(method, X_train, optimizer="fmin_l_bfgs_b"):
+    if method == "sklearn":
+        kernel = ConstantKernel(1.0) * RBF(median_distance(X_train))
+        return GaussianProcessClassifier(
+            kernel,
+            optimizer=optimizer,
+            n_restarts_optimizer=0,
+            n_jobs=1,
+            random_state=0,
+        )
+    return TAPGaussianProcessClassifier(
+        multi_class=method,
+        optimizer=optimizer,
+        n_restarts_optimizer=0,
+        n_jobs=1,
+        random_state=0,
+    )
+
+
+def measure(method, X_train, y_train, X_test, y_test):
+    """Fit time, warnings, held-out log-loss and error, and the LOO error."""
+    model = make_model(method, X_train)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        start, start_cpu = time.perf_counter(), time.process_time()
+        model.fit(X_train, y_train)
+        seconds = time.perf_counter() - start
+        cpu = time.process_time() - start_cpu
+        proba = model.predict_proba(X_test)
+        predicted = model.predict(X_test)
+    return {
+        "logloss": log_loss(y_test, proba, labels=model.classes_),
+        "error": float(np.mean(predicted != y_test)),
+        "loo": getattr(model, "loo_error_", None),
+        "seconds": seconds,
+        "cpu": cpu,
+        "warnings": [
+            str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)
+        ],
+    }
+
+
+def warm_up():
+    """One small fixed-kernel fit of every method: the first calls pay for
+    lazy imports and BLAS initialisation."""
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X[::3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for method in METHODS:
+            make_model(method, X, optimizer=None).fit(X, y[::3])
+
+
+COLUMNS = (
+    ("data", 16),
+    ("train", 5),
+    ("test", 5),
+    ("classes", 7),
+    ("method", 11),
+    ("log-loss", 8),
+    ("error", 6),
+    ("LOO error", 9),
+    ("fit s", 7),
+    ("/ OvR", 6),
+    ("cpu / OvR", 9),
+    ("conv. warnings", 14),
+)
+
+
+def table_line(cells):
+    return (
+        "| "
+        + " | ".join(
+            f"{cell:<{width}}" if i < 2 or i == 4 else f"{cell:>{width}}"
+            for i, (cell, (_, width)) in enumerate(zip(cells, COLUMNS))
+        )
+        + " |"
+    )
+
+
+def table_rows(name, shape, results):
+    n_train, n_test, n_classes = shape
+    base = results["one_vs_rest"]
+    rows = []
+    for method in METHODS:
+        r = results[method]
+        rows.append(
+            table_line(
+                (
+                    name,
+                    str(n_train),
+                    str(n_test),
+                    str(n_classes),
+                    method,
+                    f"{r['logloss']:.4f}",
+                    f"{r['error']:.3f}",
+                    "-" if r["loo"] is None else f"{r['loo']:.3f}",
+                    f"{r['seconds']:.2f}",
+                    f"{r['seconds'] / base['seconds']:.2f}x",
+                    f"{r['cpu'] / base['cpu']:.2f}x",
+                    str(len(r["warnings"])) if r["warnings"] else "",
+                )
+            )
+        )
+    return rows
+
+
+def verdict(failures):
+    return "holds" if not failures else "does not hold (" + ", ".join(failures) + ")"
+
+
+def summary(all_results):
+    """One line per target: whether it holds, and where it fails."""
+    names = list(all_results)
+    lines = []
+    for peer, label in (("one_vs_rest", "one-vs-rest"), ("sklearn", "scikit-learn")):
+        failures = [
+            f"{name}: {r['multinomial']['logloss']:.4f} vs {r[peer]['logloss']:.4f}"
+            for name, (_, r) in all_results.items()
+            if not r["multinomial"]["logloss"] < r[peer]["logloss"]
+        ]
+        lines.append(
+            f"Multinomial held-out log-loss below {label}'s on every data set "
+            f"({len(names) - len(failures)}/{len(names)}): {verdict(failures)}."
+        )
+    gaps, failures = [], []
+    for name, (shape, r) in all_results.items():
+        m = r["multinomial"]
+        loo = np.nan if m["loo"] is None else m["loo"]
+        # The held-out error's binomial standard error at the LOO rate (the
+        # held-out rate itself may be 0 on a small test set).
+        se = np.sqrt(loo * (1 - loo) / shape[1])
+        gap = abs(loo - m["error"])
+        gaps.append(f"{name} {gap:.4f} (se {se:.4f})")
+        if not gap <= LOO_GAP:
+            failures.append(name)
+    lines.append(
+        f"Multinomial |LOO error - held-out error| <= {LOO_GAP} "
+        f"[{'; '.join(gaps)}]: {verdict(failures)}."
+    )
+    ratios, failures = [], []
+    for name, (_, r) in all_results.items():
+        ratio = r["multinomial"]["seconds"] / r["one_vs_rest"]["seconds"]
+        ratios.append(f"{name} {ratio:.2f}x")
+        if not ratio <= TIME_RATIO:
+            failures.append(name)
+    lines.append(
+        f"Multinomial fit time <= {TIME_RATIO:g}x one-vs-rest's "
+        f"[{'; '.join(ratios)}]: {verdict(failures)}."
+    )
+    return lines
+
+
+def run(names, max_train):
+    blas = [
+        f"{info['internal_api']} {info['num_threads']} thread(s)"
+        for info in threadpool_info()
+        if info["user_api"] == "blas"
+    ]
+    print(
+        f"numpy {np.__version__}, scipy {scipy.__version__}, "
+        f"sklearn {sklearn.__version__}, os.cpu_count() = {os.cpu_count()}, "
+        f"BLAS: {', '.join(blas)}",
+        flush=True,
+    )
+    warm_up()
+    all_results = {}
+    for name in names:
+        X_train, y_train, X_test, y_test = load(name, max_train)
+        shape = (len(y_train), len(y_test), len(np.unique(y_train)))
+        results = {}
+        for method in METHODS:
+            r = measure(method, X_train, y_train, X_test, y_test)
+            results[method] = r
+            # Progress, so that a run stopped early still reports something.
+            loo = "-" if r["loo"] is None else f"{r['loo']:.3f}"
+            print(
+                f"  {name} {method}: fit {r['seconds']:.2f} s (cpu {r['cpu']:.2f} s),"
+                f" log-loss {r['logloss']:.4f}, error {r['error']:.3f}, LOO {loo}",
+                flush=True,
+            )
+        all_results[name] = (shape, results)
+
+    print()
+    print(table_line([label for label, _ in COLUMNS]))
+    print("| " + " | ".join("-" * width for _, width in COLUMNS) + " |")
+    for name, (shape, results) in all_results.items():
+        for row in table_rows(name, shape, results):
+            print(row)
+    messages = {
+        (name, method, message): None
+        for name, (_, results) in all_results.items()
+        for method in METHODS
+        for message in results[method]["warnings"]
+    }
+    if messages:
+        print()
+        print("ConvergenceWarnings (each distinct message once):")
+        for name, method, message in messages:
+            print(f"* {name} {method}: {message}")
+    print()
+    print("Targets (not asserted):")
+    for line in summary(all_results):
+        print(f"* {line}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"iris, wine, digits and quantiles-6, at most {MAX_TRAIN_QUICK} "
+        "training rows",
+    )
+    parser.add_argument(
+        "--datasets", nargs="+", choices=list(DATA_SETS), help="override the sets"
+    )
+    parser.add_argument(
+        "--blas-threads",
+        type=int,
+        default=1,
+        help="BLAS threads for every model (default 1; 0 leaves BLAS alone)",
+    )
+    args = parser.parse_args()
+    names = args.datasets or (QUICK_DATA_SETS if args.quick else tuple(DATA_SETS))
+    max_train = MAX_TRAIN_QUICK if args.quick else MAX_TRAIN
+    limit = args.blas_threads if args.blas_threads > 0 else None
+    with threadpool_limits(limits=limit, user_api="blas"):
+        run(names, max_train)
+
+
+if __name__ == "__main__":
+    main()
