@@ -47,7 +47,7 @@ References
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.linalg import cho_solve, cholesky, lapack, solve_triangular
+from scipy.linalg import blas, cho_solve, cholesky, lapack, solve_triangular
 from scipy.special import log_ndtr
 
 from ._acceleration import _AndersonMixing
@@ -220,11 +220,16 @@ class CoupledPosterior:
             B[np.diag_indices_from(B)] += 1.0
             L = cholesky(B, lower=True, check_finite=False)
             log_det += 2.0 * np.sum(np.log(np.diag(L)))
-            inverse, info = lapack.dpotri(L, lower=True)
+            # B_c^-1 in the lower triangle (the factor's upper one is zero).
+            inverse, info = lapack.dpotri(L, lower=True, overwrite_c=True)
             if info:
                 raise np.linalg.LinAlgError("B_c is not positive definite")
-            inverse = np.tril(inverse) + np.tril(inverse, -1).T
-            E[c] = root[:, c, None] * inverse * root[None, :, c]
+            diagonal = np.diag(inverse).copy()
+            inverse += inverse.T
+            inverse[np.diag_indices_from(inverse)] = diagonal
+            inverse *= root[:, c, None]
+            inverse *= root[None, :, c]
+            E[c] = inverse
         self.E = E
         self.pi = pi
         self.P_factor = cholesky(E.sum(axis=0), lower=True, check_finite=False)
@@ -323,13 +328,18 @@ class CoupledPosterior:
 
     def trace_matrix(self):
         """``sum_c W_cc = sum_c (E_c - E_c P^-1 E_c)``, for the gradient."""
-        total = self.E.sum(axis=0)
+        n = self.P_factor.shape[0]
+        # sum_c J_c' J_c, J_c = L_P^-1 E_c, accumulated in the upper triangle
+        # (a symmetric rank-k update: half a matrix product's work).
+        coupled = np.zeros((n, n), order="F")
         for c in range(self.n_classes):
             J = solve_triangular(
                 self.P_factor, self.E[c], lower=True, check_finite=False
             )
-            total -= J.T @ J
-        return total
+            coupled = blas.dsyrk(1.0, J, beta=1.0, c=coupled, trans=1, overwrite_c=1)
+        upper = np.triu(coupled, 1)
+        coupled = upper + upper.T + np.diag(np.diag(coupled))
+        return self.E.sum(axis=0) - coupled
 
 
 def _probit_update(cavity_mean, cavity_var):
