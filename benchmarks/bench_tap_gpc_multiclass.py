@@ -332,6 +332,11 @@ def run(names, max_train):
     for name, (shape, results) in all_results.items():
         for row in table_rows(name, shape, results):
             print(row)
+    print()
+    print(
+        "log-loss, error: held out; LOO error: the fit's own leave-one-out "
+        "estimate; fit s: wall-clock seconds; / OvR: fit time over one-vs-rest's."
+    )
     messages = {
         (name, method, message): None
         for name, (_, results) in all_results.items()

@@ -29,7 +29,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from sklearn_meanfield import TAPGaussianProcessClassifier
-from sklearn_meanfield.tap._acceleration import _AndersonMixing
+from sklearn_meanfield.tap._acceleration import AndersonMixing
 from sklearn_meanfield.tap._ep import expectation_propagation, finish_ep
 from sklearn_meanfield.tap._footprint import check_gp_fit_memory
 from sklearn_meanfield.tap._likelihoods import NoisyStepLikelihood, make_likelihood
@@ -261,7 +261,7 @@ def test_anderson_mixing_solves_a_linear_fixed_point_exactly():
     A = Q @ np.diag([0.9, -0.7, 0.5, 0.2]) @ Q.T
     b = rng.randn(4)
     exact = np.linalg.solve(np.eye(4) - A, b)
-    mixing = _AndersonMixing(memory=4)
+    mixing = AndersonMixing(memory=4)
     x = np.zeros(4)
     iterates = []
     for _ in range(6):

@@ -14,7 +14,7 @@ import numpy as np
 from ._posterior import proper_solution
 from ._sweep import EPState, SiteUpdate
 
-__all__ = ["EPAcceleration", "next_step"]
+__all__ = ["AndersonMixing", "EPAcceleration", "next_step"]
 
 
 def next_step(step, residual, previous_residual, damping):
@@ -42,7 +42,7 @@ _ANDERSON_MAX_RESIDUAL = 0.5
 _ANDERSON_REJECT_RATIO = 2.0
 
 
-class _AndersonMixing:
+class AndersonMixing:
     """Anderson acceleration of the EP fixed-point map ``sites -> new sites``.
 
     Keeps the last ``memory`` differences of the iterates ``x`` and of their
@@ -157,7 +157,7 @@ class EPAcceleration:
         self.steps = np.full(n, self.step) if options.site_steps else None
         self._last_change = np.zeros((2, n))
         memory = options.anderson_memory
-        self._mixing = _AndersonMixing(memory) if memory > 0 else None
+        self._mixing = AndersonMixing(memory) if memory > 0 else None
         self._undo = None  # the state an accelerated sweep started from
         self._previous_residual = np.inf
         self._halved_at = (np.inf, 0)  # (residual, sweep) when the best halved

@@ -332,6 +332,8 @@ class _Search:
     sites: object = None
     evaluations: int = 0
     history: list = field(default_factory=list)
+    last: tuple = None
+    """``(theta, value, gradient)`` the optimiser last saw."""
 
     def evaluate(self, theta, start, eval_gradient, max_iter=None):
         """The :class:`_Evaluation` at ``theta`` from warm starts ``start``,
@@ -355,6 +357,18 @@ class _Search:
         return ", ".join(f"{x:.4g}" for x in np.exp(theta))
 
     def __call__(self, theta, eval_gradient=True):
+        last = self.last
+        if (
+            last is not None
+            and np.array_equal(theta, last[0])
+            and (last[2] is not None or not eval_gradient)
+        ):
+            # L-BFGS-B repeats a point whose line search ends on a bound: the
+            # same answer, without solving again.
+            self.evaluations += 1
+            if self.task.step("evaluation"):
+                raise _StopRequested
+            return last[1] if not eval_gradient else (last[1], last[2])
         start = _extrapolate_sites(self.history, theta)
         if start:
             # Sites from far away (a long first step of the line search) can
@@ -366,6 +380,11 @@ class _Search:
             evaluation = self.evaluate(theta, [], eval_gradient)
         self.evaluations += 1
         value, gradient = self._record(theta, evaluation, eval_gradient)
+        self.last = (
+            np.array(theta, dtype=float),
+            -value,
+            None if gradient is None else -gradient,
+        )
         if self.task.step("evaluation"):
             raise _StopRequested
         if eval_gradient:

@@ -50,7 +50,7 @@ import numpy as np
 from scipy.linalg import blas, cho_solve, cholesky, lapack, solve_triangular
 from scipy.special import log_ndtr
 
-from ._acceleration import _AndersonMixing
+from ._acceleration import AndersonMixing
 from ._sweep import Sweep
 
 __all__ = [
@@ -737,7 +737,7 @@ def multinomial_ep(
         sites = InnerSites.zeros(n, n_classes)
     others = other_classes(labels, n_classes)
     rows = np.arange(n)[:, None]
-    mixing = _AndersonMixing(_ANDERSON_MEMORY)
+    mixing = AndersonMixing(_ANDERSON_MEMORY)
     step = damping
     best_residual = np.inf
     stalled = 0
