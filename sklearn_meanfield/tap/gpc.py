@@ -120,7 +120,8 @@ class TAPGaussianProcessClassifier(
     ``max_iter_predict`` and ``warm_start`` (the Laplace approximation's
     Newton iterations; here ``max_iter`` and the optimiser's own warm starts).
     More than two classes are handled one-vs-rest (default) or one-vs-one,
-    the binary problems fitted in parallel.
+    the binary problems fitted in parallel, or by one multinomial probit
+    model for all classes, solved by nested EP.
 
     Parameters
     ----------
@@ -168,7 +169,7 @@ class TAPGaussianProcessClassifier(
     damping : float in (0, 1], default=0.8
         Initial fraction of each parallel site update that is taken; reduced
         automatically when the updates oscillate.
-    multi_class : {"one_vs_rest", "one_vs_one"}, default="one_vs_rest"
+    multi_class : {"one_vs_rest", "one_vs_one", "multinomial"}, default="one_vs_rest"
         ``"one_vs_rest"``: one binary problem per class against the others,
         their probabilities normalised to sum to one.  ``"one_vs_one"``: one
         problem per pair of classes; ``predict`` votes as
@@ -176,6 +177,13 @@ class TAPGaussianProcessClassifier(
         ``predict_proba`` couples the pairwise probabilities (Wu, Lin and
         Weng), so the voted and the most probable class can differ on a few
         ambiguous points, as with :class:`sklearn.svm.SVC`.
+        ``"multinomial"``: one model, a latent function per class with a
+        shared kernel and the multinomial probit likelihood, solved by
+        nested EP; one evidence and the leave-one-out probabilities of that
+        model.  The exact probit model without label noise only; a sweep
+        costs ``C + 1`` Cholesky factorisations of ``n x n`` matrices.  For
+        two classes it is the binary probit model.  See
+        :ref:`multinomial_gpc`.
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes, multiplying ``sample_weight`` (see
         :meth:`fit`): ``{label: weight}`` (1 for a class not named), or
@@ -207,7 +215,8 @@ class TAPGaussianProcessClassifier(
         n_features`` more parameters, several times the fit time; FITC's
         evidence tends to over-fit them).  Needs an ``optimizer``.
     n_jobs : int, default=None
-        Workers for the multi-class problems (or, for two classes, restarts);
+        Workers for the multi-class problems (or, for two classes and the
+        multinomial model, restarts);
         None defers to :func:`joblib.parallel_config`.  In the sparse mode
         under ``joblib.parallel_config(backend="dask")`` the rows are split
         into blocks that stay on the Dask workers and every sweep maps over
@@ -235,14 +244,16 @@ class TAPGaussianProcessClassifier(
         value(s) with ``"auto"`` (one per binary problem for more than two
         classes).
     kernel_ : kernel instance
-        The fitted kernel; for more than two classes a
+        The fitted kernel (shared by the classes of the multinomial model);
+        one-vs-rest and one-vs-one with more than two classes, a
         :class:`~sklearn.gaussian_process.kernels.CompoundKernel` of the
         binary problems' kernels (one per class, or one per pair of classes
         in the order of :class:`~sklearn.multiclass.OneVsOneClassifier`),
         whose repr lists each problem's kernel on its own line, named by its
         class or pair of classes.
     log_marginal_likelihood_value_ : numpy.float64
-        TAP log evidence of the fitted kernel (mean over the binary problems).
+        TAP log evidence of the fitted kernel (mean over the binary problems;
+        the multinomial model's own).
     loo_error_ : float
         Leave-one-out misclassification rate of ``predict``'s rule, from the
         cavity distributions, weighted by the sample weights when given.
@@ -307,6 +318,10 @@ class TAPGaussianProcessClassifier(
     .. [7] A. Naish-Guzman and S. Holden, "The generalized FITC
        approximation", Advances in Neural Information Processing Systems 20,
        2008.
+    .. [8] J. Riihimaki, P. Jylanki and A. Vehtari, "Nested expectation
+       propagation for Gaussian process classification with a multinomial
+       probit likelihood", Journal of Machine Learning Research 14, 75-109,
+       2013.
 
     Examples
     --------
@@ -895,7 +910,11 @@ class TAPGaussianProcessClassifier(
         The likelihood is integrated over the Gaussian predictive distribution
         of the latent field (not evaluated at its mean).  For more than two
         classes the binary problems' probabilities are normalised to sum to
-        one (one-vs-rest) or coupled (one-vs-one, see ``multi_class``).
+        one (one-vs-rest) or coupled (one-vs-one, see ``multi_class``); the
+        multinomial model's are the nested-EP normalisers of each class
+        under the classes' joint predictive Gaussian, which sum to one to
+        within nested EP's accuracy (about 1%) and are divided by their
+        sum.
 
         Parameters
         ----------
