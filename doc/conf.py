@@ -187,15 +187,15 @@ class BenchmarkTable(Directive):
     ``python -m benchmarks`` and never a copy of them.  A marker that is
     not found is an error, which fails the strict (``-W``) build.
 
-    ``:format: table`` renders a whitespace-aligned table (columns separated
-    by two or more spaces, the first line the header, rules of dashes
-    skipped) as an HTML table, which wraps in a narrow column where a wide
-    literal block would scroll; a row with another number of columns is an
-    error.  ``:columns: a, b, ...`` names the columns instead, for tables
-    whose header does not line up with the cells: the quoted header line is
-    dropped and every other line is split at whitespace and ``|``.
-    ``:drop-columns:`` lists the positions (from 1, as split) of columns to
-    leave out, so that a wide table fits the text column.
+    ``:format: table`` renders a whitespace-aligned table (columns separated by
+    two or more spaces, the first line the header, rules of dashes skipped,
+    markdown's too) as an HTML table, which wraps in a narrow column where a
+    wide literal block would scroll; a row with another number of columns is an
+    error.  ``:columns: a, b, ...`` names the columns instead, for tables whose
+    header does not line up with the cells: the quoted header line is dropped
+    and every other line is split at whitespace and ``|``. ``:drop-columns:``
+    lists the positions (from 1, as split) of columns to leave out, so that a
+    wide table fits the text column.
     """
 
     required_arguments = 1
@@ -243,7 +243,8 @@ class BenchmarkTable(Directive):
         return [block]
 
     def _table(self, script, lines):
-        lines = [line for line in lines if line.strip() and set(line.strip()) != {"-"}]
+        # Rules of dashes (plain or markdown's "| --- | --- |") are no rows.
+        lines = [line for line in lines if line.strip() and set(line) - set("-|: ")]
         if "columns" in self.options:
             header = [label.strip() for label in self.options["columns"].split(",")]
             rows = [header] + [

@@ -180,10 +180,11 @@ class TAPGaussianProcessClassifier(
         ``"multinomial"``: one model, a latent function per class with a
         shared kernel and the multinomial probit likelihood, solved by
         nested EP; one evidence and the leave-one-out probabilities of that
-        model.  The exact probit model without label noise only; a sweep
-        costs ``C + 1`` Cholesky factorisations of ``n x n`` matrices.  For
+        model.  The exact probit model without label noise only
+        (``n_inducing="auto"`` stays exact at any size); a sweep costs
+        ``C + 1`` Cholesky factorisations of ``n x n`` matrices.  For
         two classes it is the binary probit model.  See
-        :ref:`multinomial_gpc`.
+        :ref:`the user guide <multinomial_gpc>`.
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes, multiplying ``sample_weight`` (see
         :meth:`fit`): ``{label: weight}`` (1 for a class not named), or
