@@ -121,6 +121,25 @@ def test_gpc_optimizer_restarts_and_one_vs_rest_on_dask(client):
     _same(local.loo_proba_, remote.loo_proba_)
 
 
+def test_gpc_multinomial_restarts_on_dask(client):
+    X, y = _three_classes(30)
+
+    def make(n_jobs=None):
+        return TAPGaussianProcessClassifier(
+            multi_class="multinomial",
+            n_restarts_optimizer=1,
+            random_state=0,
+            n_jobs=n_jobs,
+        )
+
+    # One coupled model, its two optimiser starts on the cluster's workers.
+    local = make(n_jobs=1).fit(X, y)
+    remote = _on_dask(make, X, y)
+    _same(local.kernel_.theta, remote.kernel_.theta)
+    _same(local.predict_proba(X), remote.predict_proba(X))
+    _same(local.loo_proba_, remote.loo_proba_)
+
+
 def test_hmc_chains_on_dask(client):
     X, y = make_friedman1(n_samples=50, n_features=5, noise=0.3, random_state=0)
     params = FAST_PARAMS["HMCNetworkRegressor"]
