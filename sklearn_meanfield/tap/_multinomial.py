@@ -371,6 +371,19 @@ def _project(Sigma, rows, label, other, aux):
     return Sigma[rows, :, label] - Sigma[rows, :, other] + Sigma[:, :, aux]
 
 
+def _factor_cavity(mu, Sigma, beta, nu, rows, label, other, aux):
+    """One inner factor's direction ``s = b' w`` in the inner Gaussian.
+
+    Returns ``Sigma b``, the variance and mean of ``s``, and its cavity's
+    mean and precision (the factor ``beta, nu`` removed).
+    """
+    Sb = _project(Sigma, rows, label, other, aux)
+    s_var = Sb[rows, label] - Sb[rows, other] + Sb[:, aux]
+    s_mean = mu[rows, label] - mu[rows, other] + mu[:, aux]
+    tau = 1.0 / s_var - beta
+    return Sb, s_var, s_mean, (s_mean / s_var - nu) / tau, tau
+
+
 def _inner_posterior(cavity_mean, cavity_cov, labels, sites):
     """The inner EP's Gaussian over ``w = (f, u)``: cavity times ``N(u|0,1)``
     times the inner factors.
@@ -464,14 +477,10 @@ def inner_ep(
     for _ in range(n_sweeps):
         largest = 0.0
         for k in range(n_classes - 1):
-            other = others[:, k]
-            Sb = _project(Sigma, rows, label, other, aux)
-            s_var = Sb[rows, label] - Sb[rows, other] + Sb[:, aux]
-            s_mean = mu[rows, label] - mu[rows, other] + mu[:, aux]
-            tau_cavity = 1.0 / s_var - beta[:, k]
-            v = 1.0 / tau_cavity
-            m = v * (s_mean / s_var - nu[:, k])
-            new_beta, new_nu, _ = _probit_update(m, v)
+            Sb, s_var, s_mean, m, tau = _factor_cavity(
+                mu, Sigma, beta[:, k], nu[:, k], rows, label, others[:, k], aux
+            )
+            new_beta, new_nu, _ = _probit_update(m, 1.0 / tau)
             d_beta = new_beta - beta[:, k]
             d_nu = new_nu - nu[:, k]
             largest = max(
@@ -494,12 +503,9 @@ def inner_ep(
     mu, Sigma, (mu0, BS0Bt) = _inner_posterior(cavity_mean, cavity_cov, labels, updated)
     log_site_norm = np.zeros(n)
     for k in range(n_classes - 1):
-        other = others[:, k]
-        Sb = _project(Sigma, rows, label, other, aux)
-        s_var = Sb[rows, label] - Sb[rows, other] + Sb[:, aux]
-        s_mean = mu[rows, label] - mu[rows, other] + mu[:, aux]
-        tau = 1.0 / s_var - beta[:, k]
-        m = (s_mean / s_var - nu[:, k]) / tau
+        _, _, _, m, tau = _factor_cavity(
+            mu, Sigma, beta[:, k], nu[:, k], rows, label, others[:, k], aux
+        )
         log_phi = log_ndtr(m / np.sqrt(1.0 + 1.0 / tau))
         log_site_norm += (
             log_phi

@@ -9,12 +9,10 @@ warm-started along the optimiser's path, restarts in parallel; then a final
 solve at the fitted kernel gives a :class:`MultinomialFit`.
 """
 
-import warnings
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import Kernel
 from sklearn.utils import _safe_indexing, gen_batches
 from sklearn.utils.validation import _num_samples
@@ -31,9 +29,9 @@ from ._binary_gpc import (
     _warn_unreliable,
     best_optimiser_run,
     check_restart_bounds,
+    retry_blind_kernel,
 )
 from ._hooks import print_sweeps, sweep_steps
-from ._kernels import ignores_inputs, length_scale_outside_bounds, with_length_scale
 from ._multinomial import (
     multinomial_ep,
     multinomial_evidence_gradient,
@@ -194,26 +192,18 @@ def _optimise(X, labels, n_classes, kernel, options, seed, n_jobs, reporter, wei
         )
 
     best, stopped = best_optimiser_run(starts, arguments, n_jobs, reporter)
-    if stopped or not ignores_inputs(kernel.clone_with_theta(best.theta), X, weights):
-        return best, stopped
-    rescaled = with_length_scale(kernel, X, weights)
-    if rescaled is not None:
-        reporter(1, "the kernel ignores the inputs: one more run from their scale")
-        retry, stopped = best_optimiser_run(
-            [rescaled.theta], arguments, n_jobs, reporter
-        )
-        if retry.neg_log_evidence < best.neg_log_evidence:
-            best = retry
-    outside = length_scale_outside_bounds(kernel, X, weights)
-    if outside is not None:
-        warnings.warn(
-            f"The median distance between the inputs, {outside[0]:.3g}, lies "
-            f"outside the bounds {outside[1]} of the kernel's length scale, "
-            "which cannot reach the data's scale: standardise X, or widen "
-            "the bounds.",
-            ConvergenceWarning,
-        )
-    return best, stopped
+    return retry_blind_kernel(
+        best,
+        stopped,
+        kernel.clone_with_theta(best.theta),
+        kernel,
+        X,
+        weights,
+        lambda theta: theta,
+        arguments,
+        n_jobs,
+        reporter,
+    )
 
 
 def _final_solve(K, labels, n_classes, options, sites, stopped, reporter, weights):

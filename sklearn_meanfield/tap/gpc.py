@@ -645,22 +645,9 @@ class TAPGaussianProcessClassifier(
         self.n_iter_ = int(fit.solution.n_iter)
         self.label_noise_ = 0.0
         self.inducing_points_ = None
-        if fit.loo_valid:
-            self.loo_proba_ = self._loo_positive(_num_samples(X))
-            self.loo_error_ = weighted_error_rate(
-                y, self.classes_[np.argmax(self.loo_proba_, axis=1)], sample_weight
-            )
-            warn_if_no_better_than_majority(
-                self.loo_error_,
-                y,
-                sample_weight,
-                f"The fitted kernel is {self.kernel_}. If the classes depend on "
-                "X, standardise the features, raise n_restarts_optimizer or pass "
-                "a kernel on the data's scale.",
-            )
-        else:  # the fit warned why
-            self.loo_proba_ = np.full((_num_samples(X), self.n_classes_), np.nan)
-            self.loo_error_ = float("nan")
+        proba = self._loo_positive(_num_samples(X)) if fit.loo_valid else None
+        decided = None if proba is None else np.argmax(proba, axis=1)
+        self._store_loo(_num_samples(X), y, sample_weight, proba, decided)
 
     def _store(self, X, y, sample_weight):
         """The fitted attributes of the binary problems' fits."""
@@ -682,23 +669,30 @@ class TAPGaussianProcessClassifier(
         if inducing[0] is None:
             self.inducing_points_ = None
 
+        proba = decided = None
         if all(fit.loo_valid for fit in fits):
             positive = self._loo_positive(_num_samples(X))
-            self.loo_proba_ = self._proba(positive)
-            self.loo_error_ = weighted_error_rate(
-                y, self.classes_[self._decide(positive)], sample_weight
-            )
-            warn_if_no_better_than_majority(
-                self.loo_error_,
-                y,
-                sample_weight,
-                f"The fitted kernel is {self.kernel_}. If the classes depend on "
-                "X, standardise the features, raise n_restarts_optimizer or pass "
-                "a kernel on the data's scale.",
-            )
-        else:  # the fit warned why
-            self.loo_proba_ = np.full((_num_samples(X), self.n_classes_), np.nan)
+            proba, decided = self._proba(positive), self._decide(positive)
+        self._store_loo(_num_samples(X), y, sample_weight, proba, decided)
+
+    def _store_loo(self, n_samples, y, sample_weight, proba, decided):
+        """``loo_proba_`` and ``loo_error_`` from the leave-one-out class
+        probabilities and decided class indices; NaN when ``proba`` is None
+        (the fit warned why)."""
+        if proba is None:
+            self.loo_proba_ = np.full((n_samples, self.n_classes_), np.nan)
             self.loo_error_ = float("nan")
+            return
+        self.loo_proba_ = proba
+        self.loo_error_ = weighted_error_rate(y, self.classes_[decided], sample_weight)
+        warn_if_no_better_than_majority(
+            self.loo_error_,
+            y,
+            sample_weight,
+            f"The fitted kernel is {self.kernel_}. If the classes depend on "
+            "X, standardise the features, raise n_restarts_optimizer or pass "
+            "a kernel on the data's scale.",
+        )
 
     def _problem_names(self):
         """Names of the binary problems, for ``kernel_``'s repr."""
