@@ -165,7 +165,8 @@ class TAPGaussianProcessClassifier(
         Maximum number of mean-field sweeps per solve.
     tol : float, default=1e-5
         Convergence tolerance on the posterior marginals (in posterior
-        standard deviations).
+        standard deviations); the multinomial model's, on its inner
+        factors' updates (in their directions' standard deviations).
     damping : float in (0, 1], default=0.8
         Initial fraction of each parallel site update that is taken; reduced
         automatically when the updates oscillate.
