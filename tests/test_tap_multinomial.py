@@ -235,14 +235,14 @@ def test_evidence_gradient_matches_finite_differences():
 
 
 def _params(**extra):
-    return dict(
+    params = dict(
         kernel=C(2.0) * RBF(1.5),
         optimizer=None,
         multi_class="multinomial",
         tol=1e-9,
         max_iter=1000,
-        **extra,
     )
+    return {**params, **extra}
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -286,6 +286,45 @@ def test_integer_weights_equal_repeated_rows():
     )
     np.testing.assert_allclose(
         weighted.predict_proba(X), repeated.predict_proba(X), atol=1e-7
+    )
+
+
+def test_weights_below_one_give_a_proper_fit_between_dropping_and_repeating():
+    # A weight below one removes the whole site for its cavity (one copy
+    # would leave an improper cavity: at amplitude 1000 on iris every
+    # weight 0.3 did).  The fixed point moves continuously with the
+    # weights, by O(change): a weight just below one is the unweighted
+    # row, a weight near zero is the row dropped.
+    X, y = load_iris(return_X_y=True)
+    X = (X - X.mean(0)) / X.std(0)
+    rows = np.arange(0, 150, 2)
+    X, y = X[rows], y[rows]
+    params = _params(kernel=C(1000.0) * RBF(3.0))
+    light = np.full(len(y), 0.3)
+    model = TAPGaussianProcessClassifier(**params).fit(X, y, sample_weight=light)
+    assert model.n_iter_ < params["max_iter"]
+    proba = model.predict_proba(X)
+    assert np.all(np.isfinite(proba)) and np.all(np.isfinite(model.loo_proba_))
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+
+    some = np.arange(len(y)) % 5 == 0
+    unweighted = TAPGaussianProcessClassifier(**params).fit(X, y).predict_proba(X)
+    almost_one = np.where(some, 1.0 - 1e-7, 1.0)
+    np.testing.assert_allclose(
+        TAPGaussianProcessClassifier(**params)
+        .fit(X, y, sample_weight=almost_one)
+        .predict_proba(X),
+        unweighted,
+        atol=1e-5,
+    )
+    dropped = TAPGaussianProcessClassifier(**params).fit(X[~some], y[~some])
+    almost_zero = np.where(some, 1e-8, 1.0)
+    np.testing.assert_allclose(
+        TAPGaussianProcessClassifier(**params)
+        .fit(X, y, sample_weight=almost_zero)
+        .predict_proba(X),
+        dropped.predict_proba(X),
+        atol=1e-5,
     )
 
 

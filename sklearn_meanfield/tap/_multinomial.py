@@ -703,7 +703,9 @@ def multinomial_ep(
 
     Every sweep solves the coupled posterior for all sites, forms each
     point's cavity (one copy of its site removed: power EP, so a weight
-    ``w`` is the point repeated ``w`` times), runs one inner sweep from the
+    ``w >= 1`` is the point repeated ``w`` times; below one the whole site,
+    so that the site is the one the point would get from the other points,
+    scaled by its weight), runs one inner sweep from the
     point's current inner factors and takes a damped step towards them
     (halved when the residual stops making progress), or, near the fixed
     point, an Anderson-mixed step of the last sweeps.
@@ -736,6 +738,10 @@ def multinomial_ep(
     n = len(labels)
     w = None if weights is None else np.asarray(weights, dtype=float)
     column = 1.0 if w is None else w[:, None]
+    # Copies of a site its cavity removes: one (power EP: a weight w >= 1 is
+    # the row repeated), or the whole site below one, where removing a full
+    # copy would leave an improper cavity.
+    removed = 1.0 if w is None else np.minimum(w, 1.0)
     if start:
         tau, nu = start[0]
         sites = InnerSites(np.maximum(np.array(tau, dtype=float), 0.0), np.array(nu))
@@ -755,7 +761,7 @@ def multinomial_ep(
         pi_w, nu_w = pi * column, nu_f * column
         posterior = CoupledPosterior(K, pi_w)
         a, mean, cov = posterior.marginals(K, nu_w)
-        cavity_mean, cavity_cov = cavities(mean, cov, pi, nu_f)
+        cavity_mean, cavity_cov = cavities(mean, cov, pi, nu_f, removed)
         proposal, _, _ = inner_ep(
             cavity_mean, cavity_cov, labels, sites, _INNER_SWEEPS, normalisers=False
         )
@@ -813,7 +819,7 @@ def multinomial_ep(
             np.maximum(x_next[:half], 0.0).reshape(n, n_classes - 1),
             x_next[half:].reshape(n, n_classes - 1),
         )
-    cavity_mean, cavity_cov = cavities(mean, cov, pi, nu_f)
+    cavity_mean, cavity_cov = cavities(mean, cov, pi, nu_f, removed)
     _, log_site_norm, _ = inner_ep(cavity_mean, cavity_cov, labels, sites, 0)
     log_evidence = _evidence(K, posterior, nu_w, a, log_scale, log_site_norm, w)
     return MultinomialSolution(

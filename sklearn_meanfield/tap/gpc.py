@@ -497,7 +497,12 @@ class TAPGaussianProcessClassifier(
             the site, its tilted distribution holds the likelihood once), so
             integer weights give the fixed point, evidence and predictions of
             the repeated data; zero-weight samples are dropped before EP.
-            Multiplied by the ``class_weight`` of each sample's class.
+            For light samples (weight below ``AUTO_TEMPERED_BELOW``, 0.7,
+            or below one with the step likelihood) the binary problems
+            temper the likelihood instead (plain EP on its power); below one
+            the multinomial model's cavity removes the whole site (the site
+            the other samples give it, scaled by its weight).  Multiplied by
+            the ``class_weight`` of each sample's class.
 
         Returns
         -------
