@@ -687,6 +687,24 @@ def _evidence(K, posterior, nu_w, a, log_scale, log_site_norm, weights):
     )
 
 
+def _factor_scales(cavity_cov, labels, others):
+    """The factors' natural units, for the residual and Anderson mixing.
+
+    Factor ``j`` of a row acts on ``s = u + f_y - f_j``, whose cavity
+    variance is ``v = 1 + V_yy + V_jj - 2 V_yj``: its precision is measured
+    in ``1 / v``, its precision-mean in ``1 / sqrt(v)``.  Returns the
+    multipliers of the flattened ``(beta, nu)``.
+    """
+    rows = np.arange(len(labels))
+    label_var = cavity_cov[rows, labels, labels][:, None]
+    other_var = np.take_along_axis(
+        np.diagonal(cavity_cov, axis1=1, axis2=2), others, axis=1
+    )
+    cross = cavity_cov[rows[:, None], labels[:, None], others]
+    variance = (1.0 + label_var + other_var - 2 * cross).ravel()
+    return np.concatenate([variance, np.sqrt(variance)])
+
+
 def multinomial_ep(
     K,
     labels,
@@ -748,7 +766,6 @@ def multinomial_ep(
     else:
         sites = InnerSites.zeros(n, n_classes)
     others = other_classes(labels, n_classes)
-    rows = np.arange(n)[:, None]
     mixing = AndersonMixing(_ANDERSON_MEMORY)
     step = damping
     best_residual = np.inf
@@ -765,15 +782,7 @@ def multinomial_ep(
         proposal, _, _ = inner_ep(
             cavity_mean, cavity_cov, labels, sites, _INNER_SWEEPS, normalisers=False
         )
-        # The factors' changes in their own units: each factor's direction
-        # s = u + f_y - f_j has the cavity variance below.
-        label_var = cavity_cov[rows[:, 0], labels, labels][:, None]
-        other_var = np.take_along_axis(
-            np.diagonal(cavity_cov, axis1=1, axis2=2), others, axis=1
-        )
-        cross = cavity_cov[rows, labels[:, None], others]
-        scale = np.concatenate([(1.0 + label_var + other_var - 2 * cross).ravel()] * 2)
-        scale[len(scale) // 2 :] = np.sqrt(scale[len(scale) // 2 :])
+        scale = _factor_scales(cavity_cov, labels, others)
         x = np.concatenate([sites.beta.ravel(), sites.nu.ravel()])
         change = np.concatenate([proposal.beta.ravel(), proposal.nu.ravel()]) - x
         residual = float(np.max(np.abs(change) * scale, initial=0.0))
