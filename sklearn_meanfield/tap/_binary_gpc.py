@@ -564,55 +564,33 @@ def _optimise(X, t, kernel, options, seed, n_jobs, reporter, weights):
         return (start, X, t, kernel, options, task, weights)
 
     best, stopped = best_optimiser_run(starts, arguments, n_jobs, reporter)
-    fitted = _at(best.theta, kernel, options)[0]
-
-    def start_from(kernel_theta):
-        start = theta0.copy()
-        start[: kernel.n_dims] = kernel_theta
-        return start
-
     return retry_blind_kernel(
-        best,
-        stopped,
-        fitted,
-        kernel,
-        X,
-        weights,
-        start_from,
-        arguments,
-        n_jobs,
-        reporter,
+        best, stopped, theta0, kernel, X, weights, arguments, n_jobs, reporter
     )
 
 
 def retry_blind_kernel(
-    best,
-    stopped,
-    fitted,
-    kernel,
-    X,
-    weights,
-    start_from,
-    run_arguments,
-    n_jobs,
-    reporter,
+    best, stopped, theta0, kernel, X, weights, run_arguments, n_jobs, reporter
 ):
     """The best run, or a retry from the data's length scale if better.
 
-    When the best run's kernel ``fitted`` is blind to the inputs' geometry
+    When the best run's kernel (the first ``kernel.n_dims`` entries of its
+    point of the search space) is blind to the inputs' geometry
     (:func:`~sklearn_meanfield.tap._kernels.ignores_inputs`), one more run
-    starts from ``start_from(with_length_scale(kernel).theta)`` and the
-    larger evidence wins; a ConvergenceWarning says when the data's scale
-    lies outside the length scale's bounds.  Returns ``(best, stopped)``.
+    starts from the first start ``theta0`` with the kernel's part set to
+    the data's length scale, and the larger evidence wins; a
+    ConvergenceWarning says when the data's scale lies outside the length
+    scale's bounds.  Returns ``(best, stopped)``.
     """
+    fitted = kernel.clone_with_theta(best.theta[: kernel.n_dims])
     if stopped or not ignores_inputs(fitted, X, weights):
         return best, stopped
     rescaled = with_length_scale(kernel, X, weights)
     if rescaled is not None:
+        start = np.array(theta0, dtype=float)
+        start[: kernel.n_dims] = rescaled.theta
         reporter(1, "the kernel ignores the inputs: one more run from their scale")
-        retry, stopped = best_optimiser_run(
-            [start_from(rescaled.theta)], run_arguments, n_jobs, reporter
-        )
+        retry, stopped = best_optimiser_run([start], run_arguments, n_jobs, reporter)
         if retry.neg_log_evidence < best.neg_log_evidence:
             best = retry
     outside = length_scale_outside_bounds(kernel, X, weights)

@@ -828,7 +828,7 @@ def multinomial_ep(
             np.maximum(x_next[:half], 0.0).reshape(n, n_classes - 1),
             x_next[half:].reshape(n, n_classes - 1),
         )
-    cavity_mean, cavity_cov = cavities(mean, cov, pi, nu_f, removed)
+    # The last sweep's cavities are those of the returned sites.
     _, log_site_norm, _ = inner_ep(cavity_mean, cavity_cov, labels, sites, 0)
     log_evidence = _evidence(K, posterior, nu_w, a, log_scale, log_site_norm, w)
     return MultinomialSolution(

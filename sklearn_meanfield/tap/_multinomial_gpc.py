@@ -193,16 +193,7 @@ def _optimise(X, labels, n_classes, kernel, options, seed, n_jobs, reporter, wei
 
     best, stopped = best_optimiser_run(starts, arguments, n_jobs, reporter)
     return retry_blind_kernel(
-        best,
-        stopped,
-        kernel.clone_with_theta(best.theta),
-        kernel,
-        X,
-        weights,
-        lambda theta: theta,
-        arguments,
-        n_jobs,
-        reporter,
+        best, stopped, theta0, kernel, X, weights, arguments, n_jobs, reporter
     )
 
 
