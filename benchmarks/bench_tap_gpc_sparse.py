@@ -39,6 +39,27 @@ scikit-learn's GaussianProcessClassifier are fitted on the first 500, 1000,
 stays within the budget, and the largest fit within it is scored;
 LogisticRegression and HistGradientBoosting on all rows.
 
+``--vs-gpytorch`` (n = ``--vs-n``, m = ``--vs-m``; the data of ``--dask``
+at the default n): the sparse fit learning its kernel (amplitude and one
+length scale, both from 1) and its inducing inputs by stochastic EP
+(``--vs-kernel-only``: the kernel only; ``--vs-optimizer fmin_l_bfgs_b``:
+the full-batch search), next to GPyTorch's variational sparse GP classifier
+(``_gpytorch_side.py``: the same zero-mean probit model and starting
+kernel, a Gaussian q(u) learned with the kernel and the inducing inputs by
+Adam on the minibatch ELBO).
+Both start from the same k-means centres (the estimator's own for
+``random_state=0``, computed once and given to both; their time is
+reported apart), run on ``--blas-threads`` threads in float64, and are
+scored on the 2000 held-out points.  GPyTorch is trained for at most
+``--vs-budget`` seconds (evaluations excluded) and stops earlier when its
+held-out log-loss stalls; the table gives our fit time, log-loss and error,
+GPyTorch's best log-loss (chosen on the held-out set, which favours it) with
+the time it first reached it, the time it first reached our log-loss (both
+at its evaluations, every epoch or 50 steps, whichever is more), its last
+evaluation, and each time over ours.  Not in ``python -m benchmarks``:
+it needs torch and gpytorch (the ``benchmark`` extra) and, at the defaults,
+more than ten minutes of a quiet machine.
+
 Times are wall-clock (``time.perf_counter``) of one run, next to the process
 CPU time (``time.process_time``, steadier on a shared machine); BLAS threads
 from ``--blas-threads`` (default 1, as ``bench_tap_gpc.py``).  Run the heavy
@@ -51,6 +72,8 @@ Usage::
     python -m benchmarks.bench_tap_gpc_sparse --dask [--dask-n N]
     python -m benchmarks.bench_tap_gpc_sparse --budget [--budget-optimised]
     python -m benchmarks.bench_tap_gpc_sparse --loo-gap
+    python -m benchmarks.bench_tap_gpc_sparse --vs-gpytorch [--vs-n N] [--vs-m M]
+        [--vs-budget SECONDS] [--vs-kernel-only] [--vs-optimizer fmin_l_bfgs_b]
 """
 
 import argparse
@@ -466,6 +489,99 @@ def _sklearn_gpc(kernel, X, t, optimizer):
     return model, timer
 
 
+def estimator_inducing_points(X, m, random_state=0):
+    """The k-means centres a sparse fit of one binary problem starts from
+    with this ``random_state``: the estimator's seed chain (one seed per
+    problem, then the problem's k-means seed drawn first from it)."""
+    # Private on purpose: the estimator has no public way to return its
+    # starting inducing inputs, and both sides must start from them.
+    from sklearn_meanfield._parallel import draw_seeds
+    from sklearn_meanfield.tap._sparse_gpc import (
+        InducingOptions,
+        initial_inducing_points,
+    )
+
+    problem_seed = int(draw_seeds(random_state, 1)[0])
+    rng = np.random.RandomState(problem_seed)
+    kmeans_seed = int(rng.randint(np.iinfo(np.int32).max))
+    return initial_inducing_points(X, InducingOptions(m), kmeans_seed)
+
+
+def part_vs_gpytorch(
+    n=200_000, m=256, budget=600.0, kernel_only=False, optimizer="stochastic", threads=1
+):
+    """Our sparse fit (kernel, and inducing inputs unless ``kernel_only``,
+    learned) against GPyTorch's variational sparse GP trained for at most
+    ``budget`` seconds, both from the same k-means centres."""
+    if __package__:
+        from ._gpytorch_side import gpytorch_trajectory, import_gpytorch
+    else:  # run as a script: benchmarks/ is on sys.path
+        from _gpytorch_side import gpytorch_trajectory, import_gpytorch
+    try:  # before our fit: fail early
+        torch, gpytorch = import_gpytorch()
+    except ImportError as error:
+        raise SystemExit(str(error)) from None
+
+    X, t = make_data(n + N_TEST, 3)
+    X, t, X_test, t_test = X[:n], t[:n], X[n:], t[n:]
+    start_kernel = C(1.0) * RBF(1.0)
+    with Timer() as kmeans:
+        Z0 = estimator_inducing_points(X, m)
+    learns = "kernel" if kernel_only else "kernel + Z"
+    print(
+        f"n = {n}, m = {m}, start {start_kernel}, probit, held-out {N_TEST};"
+        f" threads {threads}"
+    )
+    print(f"  k-means centres, both sides' start: {kmeans.wall:.1f} s (not counted)")
+    ours = TAPGaussianProcessClassifier(
+        kernel=start_kernel,
+        n_inducing=m,
+        inducing_points=Z0,
+        optimize_inducing_points=not kernel_only,
+        optimizer=optimizer,
+        random_state=0,
+    )
+    with Timer() as timer:
+        ours.fit(X, t)
+    ll, err = log_loss_and_error(positive(ours, X_test), t_test)
+    print(
+        f"  ours: optimizer={optimizer!r}, learns {learns}; fit {timer.wall:.1f} s"
+        f" ({timer.cpu:.1f} s cpu)"
+    )
+    run = gpytorch_trajectory(X, t, X_test, t_test, Z0, budget, n_threads=threads)
+    print(
+        f"  GPyTorch {gpytorch.__version__} (torch {torch.__version__}): SVGP,"
+        f" learns kernel + Z, Adam lr {run.lr:g}, batch {run.batch_size};"
+    )
+    print(
+        f"    {len(run.steps)} evaluations, {run.steps[-1]} steps"
+        f" ({run.steps[-1] / run.steps_per_epoch:.1f} epochs), stopped: {run.stop}"
+    )
+    print(f"  kernels: ours {ours.kernel_}, GPyTorch {run.kernel}")
+    rows = [("sparse TAP (ours)", timer.wall, ll, err)]
+    for name, index in (
+        ("GPyTorch, its best", run.best()),
+        ("GPyTorch, first at ours", run.first_reaching(ll)),
+        ("GPyTorch, last evaluation", len(run.seconds) - 1),
+    ):
+        if index is None:
+            rows.append((name, None, None, None))
+        else:
+            rows.append(
+                (name, run.seconds[index], run.log_loss[index], run.error[index])
+            )
+    print("  model                     | train s | log-loss  error | time / ours")
+    for name, seconds, row_ll, row_err in rows:
+        if seconds is None:
+            print(f"  {name:25s} | not within the budget ({budget:g} s)")
+            continue
+        print(
+            f"  {name:25s} | {seconds:7.1f} |   {row_ll:.4f}  {row_err:.3f} |"
+            f" {seconds / timer.wall:10.2f}x"
+        )
+    print(f"  load average {os.getloadavg()[0]:.2f}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--large", action="store_true", help="also n = 50,000")
@@ -507,6 +623,30 @@ def main():
         action="store_true",
         help="with --budget: every GP learns its kernel",
     )
+    parser.add_argument(
+        "--vs-gpytorch",
+        action="store_true",
+        help="learned sparse fit vs GPyTorch's variational GP (needs gpytorch)",
+    )
+    parser.add_argument("--vs-n", type=int, default=200_000)
+    parser.add_argument("--vs-m", type=int, default=256)
+    parser.add_argument(
+        "--vs-budget",
+        type=float,
+        default=600.0,
+        help="GPyTorch's training wall-clock cap in seconds",
+    )
+    parser.add_argument(
+        "--vs-kernel-only",
+        action="store_true",
+        help="with --vs-gpytorch: ours learns the kernel only, not Z",
+    )
+    parser.add_argument(
+        "--vs-optimizer",
+        choices=("stochastic", "fmin_l_bfgs_b"),
+        default="stochastic",
+        help="with --vs-gpytorch: our search (full-batch L-BFGS-B or minibatch)",
+    )
     args = parser.parse_args()
     kernel = C(2.0, "fixed") * RBF(1.0, "fixed")
     print(f"load average {os.getloadavg()[0]:.2f}, BLAS threads {args.blas_threads}")
@@ -516,6 +656,16 @@ def main():
             return
         if args.dask:
             part_dask(kernel, args.dask_n, args.large_m)
+            return
+        if args.vs_gpytorch:
+            part_vs_gpytorch(
+                args.vs_n,
+                args.vs_m,
+                args.vs_budget,
+                args.vs_kernel_only,
+                args.vs_optimizer,
+                args.blas_threads,
+            )
             return
         if args.budget:
             part_budget(kernel, args.large_n, args.large_m, args.budget_optimised)

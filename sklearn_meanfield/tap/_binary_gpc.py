@@ -73,6 +73,9 @@ class FitOptions:
     prefix: str = "TAPGaussianProcessClassifier"
     default_kernel: bool = False
     """Whether the kernel is the estimator's default (``kernel=None``)."""
+    stochastic: object = False
+    """Sparse mode: search by stochastic EP (True), by ``optimizer`` (False),
+    or by stochastic EP above a row count ("auto")."""
 
     def make_likelihood(self):
         """The likelihood object of these options' label noise."""

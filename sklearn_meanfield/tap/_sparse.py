@@ -1013,7 +1013,8 @@ def fitc_evidence_adjoints(solution):
     True
     """
     fitc, posterior = _fitc_parts(solution)
-    mean_w, A_inv, inner = _adjoint_start(fitc)
+    mean_w = fitc.mean_w
+    A_inv, inner = adjoint_start(fitc.chol_A, mean_w)
     results = posterior.executor.map(
         _adjoints_task,
         posterior.parts,
@@ -1026,7 +1027,7 @@ def fitc_evidence_adjoints(solution):
         G_nm[block], g_nn[block] = G_nm_b, g_nn_b
         inner -= statistic
         del G_nm_b, g_nn_b  # before the next block's are computed
-    return _inducing_adjoint(inner, posterior.chol_mm), G_nm, g_nn
+    return inducing_adjoint(inner, posterior.chol_mm), G_nm, g_nn
 
 
 def _fitc_parts(solution):
@@ -1039,19 +1040,19 @@ def _fitc_parts(solution):
     return fitc, fitc.posterior
 
 
-def _adjoint_start(fitc):
-    """``m_w``, ``A^-1`` and the ``K_mm`` adjoint's inner matrix before the
-    blocks' statistics are subtracted: ``m_w m_w^T + A + A^-1 - 2 I``."""
-    m = len(fitc.mean_w)
-    chol_A, mean_w = fitc.chol_A, fitc.mean_w
+def adjoint_start(chol_A, mean_w):
+    """``A^-1`` and the ``K_mm`` adjoint's inner matrix before the rows'
+    statistics are subtracted, ``m_w m_w^T + A + A^-1 - 2 I``, for the
+    posterior ``N(m_w, A^-1)`` of the whitened inducing values."""
+    m = len(mean_w)
     A = chol_A @ chol_A.T
     A_inv = cho_solve((chol_A, True), np.eye(m), check_finite=False)
     inner = np.outer(mean_w, mean_w) + A + A_inv
     inner[np.diag_indices(m)] -= 2.0
-    return mean_w, A_inv, inner
+    return A_inv, inner
 
 
-def _inducing_adjoint(inner, chol_mm):
+def inducing_adjoint(inner, chol_mm):
     """``G_mm = -1/2 L^-T inner L^-1``, symmetrised against rounding."""
     half = solve_triangular(chol_mm, inner, lower=True, trans="T", check_finite=False)
     G_mm = -0.5 * solve_triangular(
@@ -1114,7 +1115,8 @@ def fitc_search_gradient(solution, kernel, Z, inducing=False):
     (True, (3, 1))
     """
     fitc, posterior = _fitc_parts(solution)
-    mean_w, A_inv, inner = _adjoint_start(fitc)
+    mean_w = fitc.mean_w
+    A_inv, inner = adjoint_start(fitc.chol_A, mean_w)
     results = posterior.executor.map(
         _gradient_task,
         posterior.parts,
@@ -1129,11 +1131,18 @@ def fitc_search_gradient(solution, kernel, Z, inducing=False):
         theta += block_theta
         if inducing:
             Z_gradient += block_Z
-    G_mm = _inducing_adjoint(inner, posterior.chol_mm)
+    return add_inducing_share(theta, Z_gradient, inner, posterior.chol_mm, kernel, Z)
+
+
+def add_inducing_share(theta, Z_gradient, inner, chol_mm, kernel, Z):
+    """The rows' shares of the gradient (``theta``, and ``Z_gradient``
+    unless None) plus ``K_mm``'s, whose adjoint comes from ``inner`` (the
+    matrix of :func:`adjoint_start` less the rows' statistics)."""
+    G_mm = inducing_adjoint(inner, chol_mm)
     _, dK_mm = kernel(Z, eval_gradient=True)
-    theta += np.einsum("ij,ijk->k", G_mm, dK_mm)
-    if inducing:
-        Z_gradient += _inducing_mm_gradient(G_mm, kernel, Z)
+    theta = theta + np.einsum("ij,ijk->k", G_mm, dK_mm)
+    if Z_gradient is not None:
+        Z_gradient = Z_gradient + _inducing_mm_gradient(G_mm, kernel, Z)
     return theta, Z_gradient
 
 

@@ -30,6 +30,7 @@ References
    pseudo-inputs", NIPS 18, 2006.
 """
 
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -37,16 +38,18 @@ from typing import NamedTuple
 import numpy as np
 from joblib import parallel_config
 from sklearn.cluster import KMeans, MiniBatchKMeans
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import Kernel
 from sklearn.utils.validation import _num_samples
 
 from .._memory import check_memory
-from .._parallel import blas_threads_for_matrix
+from .._parallel import blas_threads_for_matrix, run_parallel, select_best
 from .._progress import ProgressReporter
 from ._binary_gpc import (
     _at,
     _Evaluation,
     _final_solve,
+    _OptimizerRun,
     _Search,
     _search_space,
     _solve,
@@ -66,9 +69,11 @@ from ._sparse import (
     fitc_search_gradient,
 )
 from ._sparse import _block_size as _default_block_size
+from ._stochastic_ep import stochastic_search
 
 __all__ = [
     "KMEANS_EXACT_MAX_SAMPLES",
+    "STOCHASTIC_MIN_SAMPLES",
     "InducingOptions",
     "check_sparse_fit_memory",
     "row_blocks",
@@ -77,6 +82,7 @@ __all__ = [
     "initial_inducing_points",
     "log_evidence",
     "sparse_fit_peak_bytes",
+    "uses_stochastic_search",
 ]
 
 # Full (Lloyd) k-means up to this many samples, mini-batch k-means above:
@@ -85,6 +91,9 @@ __all__ = [
 # m = 256) start the inducing inputs as well.
 KMEANS_EXACT_MAX_SAMPLES = 10_000
 _MINIBATCH_SIZE = 4096
+# optimizer="auto" searches by stochastic EP above this many rows, where it
+# reaches the full-batch search's evidence in less time.
+STOCHASTIC_MIN_SAMPLES = 50_000
 _PREDICT_BLOCK_BYTES = 8 * 2**20
 
 
@@ -446,6 +455,109 @@ def _optimise(
         )
 
 
+def _stochastic_run(start, seed, X, t, kernel, options, inducing, Z, bounds, scales,
+                    weights, task, evaluate):  # fmt: skip
+    """One stochastic search (:func:`~._stochastic_ep.stochastic_search`) as
+    an :class:`_OptimizerRun`; with ``evaluate``, its full-batch EP evidence
+    (warm-started from its sites) ranks it among the restarts."""
+    printer = None
+    if options.verbose >= 1:
+        printer = ProgressReporter(options.verbose, options.prefix)
+
+    def at(point):
+        kernel_at, options_at, Z_at = _split(point, kernel, options, inducing, Z)
+        return kernel_at, options_at.make_likelihood(), Z_at
+
+    with task:
+        run = stochastic_search(
+            start, bounds, scales, at, X, t, weights,
+            jitter=inducing.jitter, damping=options.damping,
+            learns_label_noise=options.learns_label_noise,
+            learns_inducing=inducing.learn, seed=seed, task=task, printer=printer,
+        )  # fmt: skip
+    if not (run.converged or run.stopped):
+        warnings.warn(
+            f"The stochastic EP search did not settle in {run.epochs} epochs "
+            "(its budget); the last window's mean point is used.",
+            ConvergenceWarning,
+        )
+    sites = [(run.tau, run.nu)]
+    value = np.nan
+    if evaluate:
+        evaluation = _evaluate(
+            run.point, X, t, kernel, options, inducing, Z, start=sites,
+            weights=weights,
+        )  # fmt: skip
+        converged = evaluation.solution.converged
+        value = evaluation.value if converged else -np.inf
+    return _OptimizerRun(run.point, -value, sites, run.stopped)
+
+
+def uses_stochastic_search(options, n):
+    """Whether a sparse fit of ``n`` rows searches by stochastic EP:
+    ``optimizer="stochastic"``, or ``"auto"`` above
+    :data:`STOCHASTIC_MIN_SAMPLES` rows."""
+    if options.stochastic == "auto":
+        return n > STOCHASTIC_MIN_SAMPLES
+    return bool(options.stochastic)
+
+
+def _stochastic_optimise(X, t, kernel, options, inducing, Z, rng, n_jobs, reporter,
+                         weights):  # fmt: skip
+    """The best of the stochastic searches: the first from the kernel's own
+    hyperparameters, the others from random ones within the bounds; their
+    starts and minibatch seeds drawn here, before dispatch.  With restarts,
+    each search's full-batch evidence at its end ranks it."""
+    start, bounds = _search_start(X, kernel, options, inducing, Z)
+    head = kernel.n_dims + int(options.learns_label_noise)
+    check_restart_bounds(options, bounds[:head])
+    scales = np.ones(len(start))
+    if inducing.learn:
+        spread = np.maximum(np.std(X, axis=0), 1e-12)
+        scales[head:] = np.tile(spread, len(Z))
+    starts, seeds = [], []
+    for run in range(1 + options.n_restarts_optimizer):
+        draw = start.copy()
+        if run:
+            draw[:head] = rng.uniform(bounds[:head, 0], bounds[:head, 1])
+        starts.append(draw)
+        seeds.append(int(rng.randint(np.iinfo(np.int32).max)))
+    tasks = reporter.task.subtasks(len(starts), "optimiser run", max_steps=None)
+    evaluate = len(starts) > 1
+    runs = run_parallel(
+        _stochastic_run,
+        [
+            (
+                s,
+                seed,
+                X,
+                t,
+                kernel,
+                options,
+                inducing,
+                Z,
+                bounds,
+                scales,
+                weights,
+                task,
+                evaluate,
+            )  # fmt: skip
+            for s, seed, task in zip(starts, seeds, tasks)
+        ],
+        n_jobs=n_jobs,
+    )
+    index, best = select_best(runs, key=lambda run: -run.neg_log_evidence)
+    if evaluate:
+        reporter(
+            1,
+            "best of %d stochastic search(es): log evidence %.4f (run %d)",
+            len(runs),
+            -best.neg_log_evidence,
+            index,
+        )
+    return best, any(run.stopped for run in runs)
+
+
 def fit_sparse_binary(
     X, t, kernel, options, seed, n_jobs, task=None, weights=None, *, inducing,
     client=None,
@@ -478,10 +590,16 @@ def fit_sparse_binary(
         if options.optimizer is not None and (
             kernel.n_dims > 0 or options.learns_label_noise or inducing.learn
         ):
-            best, stopped = _optimise(
-                X, t, kernel, options, inducing, Z, rng, n_jobs, reporter, weights,
-                blocks,
-            )  # fmt: skip
+            if uses_stochastic_search(options, len(X)):
+                best, stopped = _stochastic_optimise(
+                    X, t, kernel, options, inducing, Z, rng, n_jobs, reporter,
+                    weights,
+                )  # fmt: skip
+            else:
+                best, stopped = _optimise(
+                    X, t, kernel, options, inducing, Z, rng, n_jobs, reporter,
+                    weights, blocks,
+                )  # fmt: skip
             kernel, options, Z = _split(best.theta, kernel, options, inducing, Z)
             sites = best.sites
             if not stopped:

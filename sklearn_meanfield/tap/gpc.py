@@ -151,8 +151,15 @@ class TAPGaussianProcessClassifier(
         naive mean field, whose cavity variance is the prior variance.  The
         hyperparameters are always chosen by the TAP evidence; ``method``
         selects the equations used for predictions and leave-one-out.
-    optimizer : "fmin_l_bfgs_b", callable or None, default="fmin_l_bfgs_b"
+    optimizer : "auto", "fmin_l_bfgs_b", "stochastic", callable or None, \
+            default="auto"
         Maximises the TAP log evidence over the kernel's log-hyperparameters.
+        ``"fmin_l_bfgs_b"``: L-BFGS-B, EP solved over all rows at every
+        evaluation.  ``"stochastic"`` (sparse mode only): stochastic EP,
+        sites and hyperparameters moved together by minibatches of rows
+        with Adam, then EP solved over all rows at the learned point (see
+        :ref:`stochastic_ep`).  ``"auto"``: stochastic in the sparse mode
+        above ``STOCHASTIC_MIN_SAMPLES`` (50,000) rows, L-BFGS-B otherwise.
         A callable has scikit-learn's signature ``optimizer(obj_func,
         initial_theta, bounds) -> (theta_opt, func_min)``.  None keeps the
         kernel fixed.  A hyperparameter that ends on its bound gives a
@@ -344,7 +351,11 @@ class TAPGaussianProcessClassifier(
         "likelihood": [StrOptions({"probit", "step", "logistic"})],
         "label_noise": [Interval(Real, 0, 0.5, closed="left"), StrOptions({"auto"})],
         "method": [StrOptions({"tap", "naive"})],
-        "optimizer": [StrOptions({"fmin_l_bfgs_b"}), callable, None],
+        "optimizer": [
+            StrOptions({"auto", "fmin_l_bfgs_b", "stochastic"}),
+            callable,
+            None,
+        ],
         "n_restarts_optimizer": [Interval(Integral, 0, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="neither")],
@@ -371,7 +382,7 @@ class TAPGaussianProcessClassifier(
         likelihood="probit",
         label_noise=0.0,
         method="tap",
-        optimizer="fmin_l_bfgs_b",
+        optimizer="auto",
         n_restarts_optimizer=0,
         max_iter=200,
         tol=1e-5,
@@ -409,7 +420,8 @@ class TAPGaussianProcessClassifier(
         """The :class:`FitOptions` of the (validated) parameters."""
         learned = self.label_noise == "auto"
         optimizer = self.optimizer
-        if optimizer == "fmin_l_bfgs_b":
+        stochastic = {"auto": "auto", "stochastic": True}.get(optimizer, False)
+        if isinstance(optimizer, str):
             optimizer = _fmin_l_bfgs_b
         return FitOptions(
             likelihood=self.likelihood,
@@ -423,6 +435,7 @@ class TAPGaussianProcessClassifier(
             damping=self.damping,
             verbose=self.verbose,
             default_kernel=self.kernel is None,
+            stochastic=stochastic,
         )
 
     def _base_kernel(self):
@@ -547,6 +560,13 @@ class TAPGaussianProcessClassifier(
             self._fit_multinomial(X, y, y_index, kernel, sample_weight, rng)
             return self
         inducing = self._inducing_options(X)
+        if inducing is None and self.optimizer == "stochastic":
+            raise ValueError(
+                "optimizer='stochastic' searches the sparse mode (an integer "
+                "n_inducing, or 'auto' above AUTO_EXACT_MAX_SAMPLES samples); the "
+                "exact model's evidence needs every row at once: use 'auto' or "
+                "'fmin_l_bfgs_b'."
+            )
         self.X_train_ = np.copy(X) if self.copy_X_train else X
         problems = self._problem_specs(y_index, sample_weight)
         # Sparse mode under joblib's Dask backend: the row blocks live on the
@@ -598,6 +618,12 @@ class TAPGaussianProcessClassifier(
                 "multi_class='multinomial' is the multinomial probit model: "
                 "likelihood='probit' with label_noise=0.0 (got likelihood="
                 f"{self.likelihood!r}, label_noise={self.label_noise!r})."
+            )
+        if self.optimizer == "stochastic":
+            raise ValueError(
+                "optimizer='stochastic' searches the sparse mode; "
+                "multi_class='multinomial' fits the exact model: use 'auto' or "
+                "'fmin_l_bfgs_b'."
             )
         if self.method != "tap":
             raise ValueError(

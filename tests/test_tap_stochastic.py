@@ -1,0 +1,298 @@
+"""Stochastic EP (tap/_stochastic_ep.py) against independent references.
+
+References: full-batch EP on the FITC prior (its fixed point), the full-batch
+evidence gradient of ``fitc_search_gradient`` and ``ep_label_noise_gradient``
+(which central differences check in test_tap_sparse.py), the full-batch
+L-BFGS-B search, and a fit with the learned kernel and inducing inputs kept
+fixed.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process.kernels import RBF
+from sklearn.gaussian_process.kernels import ConstantKernel as C
+
+from sklearn_meanfield.tap._ep import expectation_propagation
+from sklearn_meanfield.tap._evidence import ep_label_noise_gradient
+from sklearn_meanfield.tap._likelihoods import make_likelihood
+from sklearn_meanfield.tap._sparse import (
+    FITCPosterior,
+    RowBlock,
+    _effective_sites,
+    _weighted_gram,
+    combine_site_statistics,
+    fitc_search_gradient,
+    inducing_cholesky,
+    whiten_block,
+)
+from sklearn_meanfield.tap._stochastic_ep import (
+    _label_noise_gradient,
+    minibatch_gradient,
+    minibatch_site_update,
+    site_statistics,
+)
+from sklearn_meanfield.tap.gpc import TAPGaussianProcessClassifier
+
+
+def _data(n, seed, dim=2, noise=0.1):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, size=(n, dim))
+    f = np.sin(2 * X[:, 0]) + X[:, 1] ** 2 - 1.0
+    flip = rng.uniform(size=n) < noise
+    t = np.where((f > 0) ^ flip, 1.0, -1.0)
+    return X, t
+
+
+def _posterior_of(X, kernel, Z, tau, nu):
+    chol_mm, _ = inducing_cholesky(kernel(Z), 1e-8)
+    precision, shift = site_statistics(X, kernel, Z, chol_mm, tau, nu, 37)
+    chol_A, mean_w, _ = combine_site_statistics(precision, shift, 0.0)
+    return chol_mm, chol_A, mean_w
+
+
+def _minibatches(n, rng, sizes=(13, 40, 7, 61)):
+    """A random partition of the rows into minibatches of unequal sizes."""
+    order = rng.permutation(n)
+    cuts = np.cumsum(sizes)
+    cuts = cuts[cuts < n]
+    return [np.sort(b) for b in np.split(order, cuts)]
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_partitions_minibatch_gradients_average_to_the_full_gradient(weighted):
+    # scale = n / b makes each minibatch's estimate unbiased; weighted by
+    # b / n, the estimates of a partition add up to the full-batch gradient
+    # (kernel and inducing inputs) exactly, the adjoint being linear in the
+    # rows' terms.
+    X, t = _data(150, 0)
+    Z = X[:12].copy() + 0.05
+    kernel = C(1.5) * RBF(0.8)
+    weights = np.random.default_rng(1).integers(1, 4, 150) if weighted else None
+    solution = expectation_propagation(
+        FITCPosterior.from_kernel(kernel, X, Z), t, make_likelihood("probit", 0.0),
+        tol=1e-12, site_weights=weights,
+    )  # fmt: skip
+    full_theta, full_Z = fitc_search_gradient(solution, kernel, Z, inducing=True)
+    chol_mm, chol_A, mean_w = _posterior_of(X, kernel, Z, solution.tau, solution.nu)
+    n = len(X)
+    theta, Z_gradient = 0.0, 0.0
+    for rows in _minibatches(n, np.random.default_rng(2)):
+        U, d = whiten_block(kernel(X[rows], Z), kernel.diag(X[rows]), chol_mm)
+        part_theta, part_Z = minibatch_gradient(
+            RowBlock(U, d, X[rows]), solution.tau[rows], solution.nu[rows],
+            chol_A, mean_w, chol_mm, kernel, Z, n / len(rows), inducing=True,
+        )  # fmt: skip
+        theta = theta + len(rows) / n * part_theta
+        Z_gradient = Z_gradient + len(rows) / n * part_Z
+    np.testing.assert_allclose(theta, full_theta, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(Z_gradient, full_Z, rtol=1e-9, atol=1e-9)
+
+
+def test_minibatch_label_noise_gradients_add_up_to_the_full_one():
+    X, t = _data(120, 3)
+    Z = X[:10].copy()
+    kernel = C(2.0) * RBF(0.7)
+    likelihood = make_likelihood("probit", 0.08)
+    solution = expectation_propagation(
+        FITCPosterior.from_kernel(kernel, X, Z), t, likelihood, tol=1e-12
+    )
+    full = ep_label_noise_gradient(solution, t, likelihood)
+    chol_mm, chol_A, mean_w = _posterior_of(X, kernel, Z, solution.tau, solution.nu)
+    total = 0.0
+    for rows in _minibatches(len(X), np.random.default_rng(4)):
+        U, d = whiten_block(kernel(X[rows], Z), kernel.diag(X[rows]), chol_mm)
+        # At the fixed point a damped update is no update: the cavities are
+        # the solution's own.
+        sites = minibatch_site_update(
+            U, d, solution.tau[rows], solution.nu[rows], t[rows], None,
+            likelihood, chol_A, mean_w, 0.5,
+        )  # fmt: skip
+        np.testing.assert_allclose(sites.tau, solution.tau[rows], rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(
+            sites.cavity_mean, solution.cavity_mean[rows], rtol=1e-9
+        )
+        total += _label_noise_gradient(sites, t[rows])
+    assert total == pytest.approx(full, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_minibatch_ep_converges_to_full_batch_eps_fixed_point(weighted):
+    # At fixed hyperparameters the minibatch schedule is EP: every row keeps
+    # its own site and its cavity removes exactly that site.
+    X, t = _data(200, 5)
+    Z = X[:15].copy()
+    kernel = C(2.0) * RBF(0.6)
+    likelihood = make_likelihood("probit", 0.0)
+    weights = np.random.default_rng(6).integers(1, 4, 200) * 1.0 if weighted else None
+    reference = expectation_propagation(
+        FITCPosterior.from_kernel(kernel, X, Z), t, likelihood, tol=1e-12,
+        site_weights=weights,
+    )  # fmt: skip
+    chol_mm, _ = inducing_cholesky(kernel(Z), 1e-8)
+    U, d = whiten_block(kernel(X, Z), kernel.diag(X), chol_mm)
+    tau, nu = np.zeros(200), np.zeros(200)
+    precision, shift = np.zeros((15, 15)), np.zeros(15)
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        for rows in _minibatches(200, rng, sizes=(50, 50, 50)):
+            chol_A, mean_w, _ = combine_site_statistics(precision, shift, 0.0)
+            w = None if weights is None else weights[rows]
+            sites = minibatch_site_update(
+                U[rows], d[rows], tau[rows], nu[rows], t[rows], w, likelihood,
+                chol_A, mean_w, 0.8,
+            )  # fmt: skip
+            _, g_old, h_old = _effective_sites(d[rows], tau[rows], nu[rows])
+            _, g_new, h_new = _effective_sites(d[rows], sites.tau, sites.nu)
+            precision += _weighted_gram(U[rows], g_new - g_old)
+            shift += U[rows].T @ (h_new - h_old)
+            tau[rows], nu[rows] = sites.tau, sites.nu
+    np.testing.assert_allclose(tau, reference.tau, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(nu, reference.nu, rtol=1e-7, atol=1e-9)
+
+
+def _fit(X, y, **params):
+    params.setdefault("kernel", C(0.1, (1e-3, 1e3)) * RBF(5.0, (1e-2, 1e2)))
+    params.setdefault("n_inducing", 24)
+    return TAPGaussianProcessClassifier(random_state=0, **params).fit(X, y)
+
+
+@pytest.fixture(scope="module")
+def stochastic_and_full_batch():
+    X, t = _data(3000, 8)
+    y = (t > 0).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        stochastic = _fit(X, y, optimizer="stochastic")
+        full = _fit(X, y, optimizer="fmin_l_bfgs_b")
+        start = _fit(X, y, optimizer=None)
+    return X, y, stochastic, full, start
+
+
+def test_stochastic_search_reaches_the_full_batch_evidence(stochastic_and_full_batch):
+    # From a poor start (amplitude 0.1, length scale 5), the stochastic
+    # search's point gains at least 95% of what the full-batch L-BFGS-B
+    # search gains in exact (full-batch) evidence.
+    _, _, stochastic, full, start = stochastic_and_full_batch
+    gain = full.log_marginal_likelihood_value_ - start.log_marginal_likelihood_value_
+    assert gain > 50
+    reached = (
+        stochastic.log_marginal_likelihood_value_ - start.log_marginal_likelihood_value_
+    )
+    assert reached > 0.95 * gain
+
+
+def test_final_pass_equals_a_fit_with_the_learned_kernel_fixed(
+    stochastic_and_full_batch,
+):
+    # After the search, full-batch EP at the learned point: the evidence, the
+    # leave-one-out and the predictions are those of that fixed model.
+    X, y, stochastic, _, _ = stochastic_and_full_batch
+    fixed = _fit(
+        X, y, kernel=stochastic.kernel_, optimizer=None,
+        inducing_points=stochastic.inducing_points_,
+    )  # fmt: skip
+    assert stochastic.log_marginal_likelihood_value_ == pytest.approx(
+        fixed.log_marginal_likelihood_value_, rel=1e-9
+    )
+    np.testing.assert_allclose(stochastic.loo_proba_, fixed.loo_proba_, atol=1e-7)
+    assert stochastic.loo_error_ == fixed.loo_error_
+    np.testing.assert_allclose(
+        stochastic.predict_proba(X[:200]), fixed.predict_proba(X[:200]), atol=1e-7
+    )
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_stochastic_restarts_and_inducing_inputs_are_independent_of_n_jobs():
+    X, t = _data(600, 9)
+    y = (t > 0).astype(int)
+    params = dict(
+        kernel=C(1.0, (1e-2, 1e2)) * RBF(1.0, (1e-1, 1e1)),
+        optimizer="stochastic",
+        optimize_inducing_points=True,
+        n_restarts_optimizer=1,
+        n_inducing=10,
+    )
+    one = _fit(X, y, n_jobs=1, **params)
+    two = _fit(X, y, n_jobs=2, **params)
+    np.testing.assert_array_equal(one.kernel_.theta, two.kernel_.theta)
+    np.testing.assert_array_equal(one.inducing_points_, two.inducing_points_)
+    np.testing.assert_array_equal(one.predict_proba(X), two.predict_proba(X))
+    # the inducing inputs moved from their k-means start
+    start = _fit(X, y, optimizer=None, n_inducing=10)
+    assert not np.allclose(one.inducing_points_, start.inducing_points_)
+
+
+def test_label_noise_is_learned_by_the_stochastic_search():
+    # With the label noise learned as well, the stochastic point gains at
+    # least 95% of the full-batch search's gain in exact evidence.
+    X, t = _data(3000, 10, noise=0.2)
+    y = (t > 0).astype(int)
+    kernel = C(0.1, (1e-3, 10.0)) * RBF(5.0, (1e-2, 1e2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        stochastic = _fit(
+            X, y, kernel=kernel, optimizer="stochastic", label_noise="auto"
+        )
+        full = _fit(X, y, kernel=kernel, optimizer="fmin_l_bfgs_b", label_noise="auto")
+    start = _fit(X, y, kernel=kernel, optimizer=None, label_noise=0.01)
+    gain = full.log_marginal_likelihood_value_ - start.log_marginal_likelihood_value_
+    assert gain > 50
+    reached = (
+        stochastic.log_marginal_likelihood_value_ - start.log_marginal_likelihood_value_
+    )
+    assert reached > 0.95 * gain
+    assert 0.05 < stochastic.label_noise_ < 0.4
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_auto_searches_stochastically_above_the_threshold(monkeypatch):
+    from sklearn_meanfield.tap import _sparse_gpc
+
+    calls = []
+    original = _sparse_gpc._stochastic_optimise
+
+    def spy(*args, **kwargs):
+        calls.append(len(args[0]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(_sparse_gpc, "_stochastic_optimise", spy)
+    monkeypatch.setattr(_sparse_gpc, "STOCHASTIC_MIN_SAMPLES", 500)
+    X, t = _data(600, 11)
+    y = (t > 0).astype(int)
+    _fit(X, y[:600], optimizer="auto")
+    _fit(X[:400], y[:400], optimizer="auto")
+    _fit(X, y, optimizer="fmin_l_bfgs_b")
+    assert calls == [600]
+
+
+def test_stochastic_needs_the_sparse_mode():
+    X, t = _data(60, 12)
+    y = (t > 0).astype(int)
+    with pytest.raises(ValueError, match="optimizer='stochastic' searches the sparse"):
+        TAPGaussianProcessClassifier(optimizer="stochastic", n_inducing=None).fit(X, y)
+    y3 = np.digitize(X[:, 0], [-0.5, 0.5])
+    with pytest.raises(ValueError, match="multinomial"):
+        TAPGaussianProcessClassifier(
+            optimizer="stochastic", multi_class="multinomial"
+        ).fit(X, y3)
+
+
+def test_stop_during_the_stochastic_search_keeps_a_usable_model():
+    pytest.importorskip("sklearn.callback")
+    from callback_helpers import TickDeadline
+
+    X, t = _data(2000, 13)
+    y = (t > 0).astype(int)
+    model = TAPGaussianProcessClassifier(
+        C(0.1) * RBF(5.0), n_inducing=16, optimizer="stochastic", random_state=0
+    )
+    model.set_callbacks(TickDeadline(5, task_name=None))
+    with pytest.warns(ConvergenceWarning, match="callback asked the fit to stop"):
+        model.fit(X, y)
+    assert np.isnan(model.loo_error_)
+    proba = model.predict_proba(X)
+    assert np.all(np.isfinite(proba))
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
