@@ -296,3 +296,25 @@ def test_stop_during_the_stochastic_search_keeps_a_usable_model():
     proba = model.predict_proba(X)
     assert np.all(np.isfinite(proba))
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_stochastic_fit_on_a_dask_cluster_equals_the_local_fit():
+    # The searches' starts and minibatch seeds are drawn before dispatch; the
+    # final full-batch EP maps over row blocks on the workers (sums in block
+    # order), so the model is the local one.
+    pytest.importorskip("distributed")
+    from dask_helpers import local_dask_client
+    from joblib import parallel_config
+
+    X, t = _data(500, 14)
+    y = (t > 0).astype(int)
+    params = dict(optimizer="stochastic", n_restarts_optimizer=1, n_inducing=10)
+    local = _fit(X, y, n_jobs=1, **params)
+    with local_dask_client(), parallel_config(backend="dask"):
+        remote = _fit(X, y, **params)
+    np.testing.assert_array_equal(remote.kernel_.theta, local.kernel_.theta)
+    np.testing.assert_allclose(
+        remote.predict_proba(X), local.predict_proba(X), rtol=0, atol=1e-12
+    )
+    np.testing.assert_allclose(remote.loo_proba_, local.loo_proba_, rtol=0, atol=1e-12)

@@ -37,10 +37,11 @@ stochastic EP):
 The first epoch moves the sites only (from zero sites it is EP's first
 sweep), so that the gradient starts from a posterior that has seen every
 row.  The search ends when the mean point of a window of epochs (at least
-:data:`MIN_WINDOW_STEPS` steps) moves by less than :data:`POINT_TOL` from
-the last window's (log-hyperparameters; inducing inputs in units of the
-inputs' spread) and the window's gradients have no significant direction
-(a window without one halves Adam's step), or after :data:`MAX_EPOCHS`
+:data:`MIN_WINDOW_STEPS` steps) moves by less than :data:`POINT_TOL` (root
+mean square over the coordinates: log-hyperparameters, inducing inputs in
+units of the inputs' spread) from the last window's, and the window's
+gradients have no significant direction (a window without one halves
+Adam's step), or after :data:`MAX_EPOCHS`
 epochs (:data:`MAX_STEPS` steps when the epochs have few); the fit then
 solves full-batch EP at that point, so the evidence, predictions and
 leave-one-out keep their exact meaning.
@@ -101,8 +102,9 @@ MIN_WINDOW_STEPS = 20
 # Adam's step in the log-hyperparameters (a factor exp(0.05) at most per
 # step); the inducing inputs' step is this times each input's spread.
 LEARNING_RATE = 0.01
-# The search ends when an epoch's mean point moved by no more than this
-# from the previous epoch's, in every coordinate (in the units above), and
+# The search ends when a window's mean point moved by no more than this
+# from the last window's (root mean square over the coordinates, in the
+# units above; the inducing inputs' many coordinates each jitter), and
 # its gradients have no significant direction (_gradient_significance) ...
 POINT_TOL = 0.01
 # An epoch starts by recomputing every row's term of the statistics at the
@@ -475,7 +477,8 @@ def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, dampi
         if steps >= MIN_WINDOW_STEPS:  # a window of epochs ends
             moved = np.inf
             if mean_point is not None:
-                moved = float(np.max(np.abs(point_sum / steps - mean_point) / scales))
+                move = (point_sum / steps - mean_point) / scales
+                moved = float(np.sqrt(np.mean(move**2)))
             mean_point = point_sum / steps
             significance = _gradient_significance(gradient_sum, gradient_squares, steps)
             if printer is not None:
