@@ -158,8 +158,9 @@ class TAPGaussianProcessClassifier(
         evaluation.  ``"stochastic"`` (sparse mode only): stochastic EP,
         sites and hyperparameters moved together by minibatches of rows
         with Adam, then EP solved over all rows at the learned point (see
-        :ref:`stochastic_ep`).  ``"auto"``: stochastic in the sparse mode
-        above ``STOCHASTIC_MIN_SAMPLES`` (50,000) rows, L-BFGS-B otherwise.
+        :ref:`the user guide <stochastic_ep>`).  ``"auto"``: stochastic in
+        the sparse mode above ``STOCHASTIC_MIN_SAMPLES`` (50,000) rows,
+        L-BFGS-B otherwise.
         A callable has scikit-learn's signature ``optimizer(obj_func,
         initial_theta, bounds) -> (theta_opt, func_min)``.  None keeps the
         kernel fixed.  A hyperparameter that ends on its bound gives a
