@@ -165,7 +165,7 @@ def stochastic_and_full_batch():
     y = (t > 0).astype(int)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        stochastic = _fit(X, y, optimizer="stochastic")
+        stochastic = _fit(X, y, optimizer="stochastic", max_iter=1000)
         full = _fit(X, y, optimizer="fmin_l_bfgs_b")
         start = _fit(X, y, optimizer=None)
     return X, y, stochastic, full, start
@@ -208,12 +208,14 @@ def test_final_pass_equals_a_fit_with_the_learned_kernel_fixed(
 def test_stochastic_restarts_and_inducing_inputs_are_independent_of_n_jobs():
     X, t = _data(600, 9)
     y = (t > 0).astype(int)
+    # Identity, not convergence: a budget of 30 epochs.
     params = dict(
         kernel=C(1.0, (1e-2, 1e2)) * RBF(1.0, (1e-1, 1e1)),
         optimizer="stochastic",
         optimize_inducing_points=True,
         n_restarts_optimizer=1,
         n_inducing=10,
+        max_iter=30,
     )
     one = _fit(X, y, n_jobs=1, **params)
     two = _fit(X, y, n_jobs=2, **params)
@@ -234,8 +236,9 @@ def test_label_noise_is_learned_by_the_stochastic_search():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         stochastic = _fit(
-            X, y, kernel=kernel, optimizer="stochastic", label_noise="auto"
-        )
+            X, y, kernel=kernel, optimizer="stochastic", label_noise="auto",
+            max_iter=1000,
+        )  # fmt: skip
         full = _fit(X, y, kernel=kernel, optimizer="fmin_l_bfgs_b", label_noise="auto")
     start = _fit(X, y, kernel=kernel, optimizer=None, label_noise=0.01)
     gain = full.log_marginal_likelihood_value_ - start.log_marginal_likelihood_value_
@@ -309,7 +312,9 @@ def test_stochastic_fit_on_a_dask_cluster_equals_the_local_fit():
 
     X, t = _data(500, 14)
     y = (t > 0).astype(int)
-    params = dict(optimizer="stochastic", n_restarts_optimizer=1, n_inducing=10)
+    params = dict(
+        optimizer="stochastic", n_restarts_optimizer=1, n_inducing=10, max_iter=30
+    )
     local = _fit(X, y, n_jobs=1, **params)
     with local_dask_client(), parallel_config(backend="dask"):
         remote = _fit(X, y, **params)

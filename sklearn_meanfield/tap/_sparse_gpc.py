@@ -474,6 +474,7 @@ def _stochastic_run(start, seed, X, t, kernel, options, inducing, Z, bounds, sca
             jitter=inducing.jitter, damping=options.damping,
             learns_label_noise=options.learns_label_noise,
             learns_inducing=inducing.learn, seed=seed, task=task, printer=printer,
+            max_epochs=options.max_iter,
         )  # fmt: skip
     if not (run.converged or run.stopped):
         warnings.warn(

@@ -358,7 +358,8 @@ def _label_noise_gradient(sites, t_b):
 
 def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, damping,
                       learns_label_noise, learns_inducing, seed, task=None,
-                      printer=None, batch_size=BATCH_SIZE):  # fmt: skip
+                      printer=None, batch_size=BATCH_SIZE,
+                      max_epochs=None):  # fmt: skip
     """Stochastic EP over the sites and the search space's point together.
 
     Parameters
@@ -389,6 +390,9 @@ def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, dampi
     printer : callable or None, default=None
         ``printer(level, message, *args)``: a line per epoch at level 1.
     batch_size : int, default=BATCH_SIZE
+    max_epochs : int or None, default=None
+        At most this many epochs (the estimator's ``max_iter``, an epoch
+        being a sweep over the sites); None: the budget alone.
 
     Returns
     -------
@@ -406,7 +410,8 @@ def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, dampi
     information = np.zeros((m, m)), np.zeros(m)  # zero sites: no statistics
     refreshed_at = point.copy()
     n_batches = -(-n // batch_size)
-    max_epochs = max(MAX_EPOCHS, -(-MAX_STEPS // n_batches))
+    budget = max(MAX_EPOCHS, -(-MAX_STEPS // n_batches))
+    max_epochs = budget if max_epochs is None else min(budget, max_epochs)
     point_sum, steps = np.zeros_like(point), 0
     gradient_sum, gradient_squares = np.zeros_like(point), np.zeros_like(point)
     for epoch in range(max_epochs):

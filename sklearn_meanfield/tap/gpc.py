@@ -170,7 +170,8 @@ class TAPGaussianProcessClassifier(
         Extra optimiser runs from log-uniform draws within the kernel bounds,
         run in parallel with ``n_jobs``; the largest evidence wins.
     max_iter : int, default=200
-        Maximum number of mean-field sweeps per solve.
+        Maximum number of mean-field sweeps per solve, and of epochs (a
+        sweep over the sites by minibatches) of the stochastic search.
     tol : float, default=1e-5
         Convergence tolerance on the posterior marginals (in posterior
         standard deviations); the multinomial model's, on its inner
