@@ -14,6 +14,7 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF
 from sklearn.gaussian_process.kernels import ConstantKernel as C
+from test_tap_sparse_gpc import _data
 
 from sklearn_meanfield.tap._ep import expectation_propagation
 from sklearn_meanfield.tap._evidence import ep_label_noise_gradient
@@ -35,15 +36,6 @@ from sklearn_meanfield.tap._stochastic_ep import (
     site_statistics,
 )
 from sklearn_meanfield.tap.gpc import TAPGaussianProcessClassifier
-
-
-def _data(n, seed, dim=2, noise=0.1):
-    rng = np.random.default_rng(seed)
-    X = rng.uniform(-2, 2, size=(n, dim))
-    f = np.sin(2 * X[:, 0]) + X[:, 1] ** 2 - 1.0
-    flip = rng.uniform(size=n) < noise
-    t = np.where((f > 0) ^ flip, 1.0, -1.0)
-    return X, t
 
 
 def _posterior_of(X, kernel, Z, tau, nu):
