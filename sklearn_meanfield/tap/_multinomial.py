@@ -216,20 +216,25 @@ class CoupledPosterior:
         E = np.empty((n_classes, n, n))
         log_det = 0.0
         for c in range(n_classes):
-            B = root[:, c, None] * K * root[None, :, c]
-            B[np.diag_indices_from(B)] += 1.0
-            L = cholesky(B, lower=True, check_finite=False)
-            log_det += 2.0 * np.sum(np.log(np.diag(L)))
-            # B_c^-1 in the lower triangle (the factor's upper one is zero).
-            inverse, info = lapack.dpotri(L, lower=True, overwrite_c=True)
+            # B_c, its factor and E_c share E[c]'s buffer: LAPACK works in
+            # place on its transpose, a Fortran-ordered view of the same
+            # (symmetric) matrix.
+            buffer = E[c]
+            np.multiply(K, root[:, c, None], out=buffer)
+            buffer *= root[None, :, c]
+            buffer.flat[:: n + 1] += 1.0
+            factor, info = lapack.dpotrf(buffer.T, lower=1, clean=1, overwrite_a=1)
             if info:
                 raise np.linalg.LinAlgError("B_c is not positive definite")
-            diagonal = np.diag(inverse).copy()
-            inverse += inverse.T
-            inverse[np.diag_indices_from(inverse)] = diagonal
-            inverse *= root[:, c, None]
-            inverse *= root[None, :, c]
-            E[c] = inverse
+            log_det += 2.0 * np.sum(np.log(np.diag(factor)))
+            # B_c^-1 in the view's lower triangle, zeros above it.
+            _, info = lapack.dpotri(factor, lower=1, overwrite_c=1)
+            if info:
+                raise np.linalg.LinAlgError("B_c is not positive definite")
+            buffer += buffer.T
+            buffer.flat[:: n + 1] *= 0.5
+            buffer *= root[:, c, None]
+            buffer *= root[None, :, c]
         self.E = E
         self.pi = pi
         self.P_factor = cholesky(E.sum(axis=0), lower=True, check_finite=False)
@@ -262,32 +267,36 @@ class CoupledPosterior:
         return nu_f - e + (self.E @ g).T
 
     def _training_products(self, K):
-        """``E_c K`` for every class without a matrix product.
+        """``K E_c`` for every class without a matrix product.
 
-        ``D^1/2 K D^1/2 = B - I`` gives ``E_c K = I - D^1/2 B^-1 D^-1/2``,
-        whose column ``i`` is ``e_i - E_c[:, i] / pi_ic``; a column whose
-        ``pi_ic`` is below ``_DIRECT_PRECISION`` (rounding would be
-        amplified by ``1 / sqrt(pi_ic)``) is multiplied out.
+        ``D^1/2 K D^1/2 = B - I`` gives ``K E_c = I - D^-1/2 B^-1 D^1/2``,
+        whose row ``i`` is ``e_i - E_c[i] / pi_ic``; a row whose ``pi_ic`` is
+        below ``_DIRECT_PRECISION`` (rounding would be amplified by ``1 /
+        sqrt(pi_ic)``) is multiplied out.
+
+        Returns
+        -------
+        ndarray of shape (C, n, n)
         """
         pi = self.pi.T  # (C, n)
         direct = pi < _DIRECT_PRECISION
-        EK = -self.E / np.where(direct, 1.0, pi)[:, None, :]
+        KE = np.divide(self.E, np.where(direct, -1.0, -pi)[:, :, None])
         idx = np.arange(pi.shape[1])
-        EK[:, idx, idx] += 1.0
+        KE[:, idx, idx] += 1.0
         for c in np.flatnonzero(direct.any(axis=1)):
-            columns = direct[c]
-            EK[c][:, columns] = self.E[c] @ K[:, columns]
-        return EK
+            rows = direct[c]
+            KE[c][rows] = K[rows] @ self.E[c]
+        return KE
 
-    def covariance_terms(self, K_cross, EK=None):
+    def covariance_terms(self, K_cross, KE=None):
         """What the marginal covariances at some inputs need.
 
         Parameters
         ----------
         K_cross : ndarray of shape (n, m)
             Kernel between the training points and ``m`` inputs.
-        EK : ndarray of shape (C, n, m) or None
-            ``E_c K_cross`` when known.
+        KE : ndarray of shape (C, m, n) or None
+            ``K_cross' E_c`` when known; overwritten.
 
         Returns
         -------
@@ -296,16 +305,17 @@ class CoupledPosterior:
         coupling : ndarray of shape (m, C, C)
             ``k' E_c P^-1 E_d k``: what the coupling gives back.
         """
-        if EK is None:
-            EK = self.E @ K_cross
-        reduction = np.einsum("im,cim->mc", K_cross, EK)
-        U = solve_triangular(
-            self.P_factor,
-            EK.transpose(1, 0, 2).reshape(len(K_cross), -1),
-            lower=True,
-            check_finite=False,
-        ).reshape(len(K_cross), self.n_classes, -1)
-        U = U.transpose(2, 1, 0)
+        if KE is None:
+            KE = K_cross.T @ self.E
+        n_classes, m, n = KE.shape
+        reduction = np.einsum("cmi,im->mc", KE, K_cross)
+        # One triangular solve for every class at once: the C-ordered
+        # (C, m, n) stack is the Fortran-ordered (n, C m) matrix of the
+        # columns E_c k, solved in place.
+        blas.dtrsm(
+            1.0, self.P_factor, KE.reshape(n_classes * m, n).T, lower=1, overwrite_b=1
+        )
+        U = KE.transpose(1, 0, 2)  # (m, C, n): L_P^-1 E_c k as rows
         coupling = U @ U.transpose(0, 2, 1)
         return reduction, coupling
 
