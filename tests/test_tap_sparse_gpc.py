@@ -488,9 +488,11 @@ def test_verbose_prints_the_kernel_not_the_inducing_inputs(capsys):
     lines = [
         line for line in capsys.readouterr().out.splitlines() if "evaluation 1:" in line
     ]
-    assert len(lines) == 1
-    # exp(theta) of the start C(1) * RBF(1), then the 5 learned inducing inputs
-    assert "at theta [1, 1] and [5 inducing inputs]" in lines[0]
+    # The kernel's search from exp(theta) of C(1) * RBF(1), then the search
+    # of the kernel and the 5 inducing inputs.
+    assert len(lines) == 2
+    assert "at theta [1, 1] (" in lines[0]
+    assert "] and [5 inducing inputs] (" in lines[1]
 
 
 def test_stop_during_the_sparse_search_keeps_its_best_point_so_far():
@@ -513,22 +515,24 @@ def test_stop_during_the_sparse_search_keeps_its_best_point_so_far():
         )
         return result.x, result.fun
 
-    params = dict(n_inducing=6, optimize_inducing_points=True, random_state=0)
+    # The kernel is searched first, at the starting inducing inputs: a stop
+    # there keeps its best point so far and the start.
+    params = dict(n_inducing=6, random_state=0)
     full = TAPGaussianProcessClassifier(optimizer=recording_lbfgs, **params)
     with warnings.catch_warnings():  # FITC's amplitude runs to its bound
         warnings.simplefilter("ignore", ConvergenceWarning)
         full.fit(X, y)
     assert len(evaluations) > 6
-    stopped = TAPGaussianProcessClassifier(**params)
+    stopped = TAPGaussianProcessClassifier(optimize_inducing_points=True, **params)
     stopped.set_callbacks(TickDeadline(6, task_name=None))  # the 6th task ends it
     with pytest.warns(ConvergenceWarning, match="callback asked the fit to stop"):
         stopped.fit(X, y)
     best, value = min(evaluations[:6], key=lambda e: e[1])
     # (the kernel's theta goes through exp and log: equal to rounding)
-    np.testing.assert_allclose(stopped.kernel_.theta, best[:2], rtol=1e-14)
-    np.testing.assert_array_equal(stopped.inducing_points_.ravel(), best[2:])
+    np.testing.assert_allclose(stopped.kernel_.theta, best, rtol=1e-14)
+    np.testing.assert_array_equal(stopped.inducing_points_, full.inducing_points_)
     assert stopped.log_marginal_likelihood_value_ == pytest.approx(-value, rel=1e-9)
-    assert stopped.log_marginal_likelihood_value_ < full.log_marginal_likelihood_value_
+    assert stopped.log_marginal_likelihood_value_ <= full.log_marginal_likelihood_value_
     assert np.isnan(stopped.loo_error_)
     assert np.all(np.isfinite(stopped.predict_proba(X)))
 
@@ -633,3 +637,114 @@ def test_sparse_fit_under_the_dask_backend_keeps_its_row_blocks_on_the_workers(
         "_prior_var_task",
     }
     assert len(workers) == 2
+
+
+# Learning the inducing inputs: a search of the kernel and the inputs on all
+# but a held-out share of the rows, which keeps the start unless a point
+# lowers the held-out log-loss significantly.
+
+
+def _kernel_then_start_only(evaluated):
+    """L-BFGS-B for the kernel's search (two parameters); for the search of
+    the kernel and the inducing inputs, the start only."""
+
+    def optimizer(obj_func, initial_theta, bounds):
+        if len(initial_theta) == 2:
+            return _fmin_l_bfgs_b(obj_func, initial_theta, bounds)
+        evaluated.append(np.array(initial_theta))
+        value, _ = obj_func(initial_theta)
+        return initial_theta, value
+
+    return optimizer
+
+
+def test_learned_inducing_inputs_fall_back_to_the_fixed_fit_exactly():
+    # With no point but the start to compare, the fit is the fit with the
+    # inputs kept at their start, bit for bit.
+    X, t = _data(200, 21)
+    y = _labels(t)
+    evaluated = []
+    params = dict(n_inducing=8, random_state=0)
+    learned = TAPGaussianProcessClassifier(
+        optimizer=_kernel_then_start_only(evaluated),
+        optimize_inducing_points=True,
+        **params,
+    ).fit(X, y)
+    fixed = TAPGaussianProcessClassifier(
+        optimizer=_kernel_then_start_only([]), **params
+    ).fit(X, y)
+    # The joint search started at the kernel's optimum and the k-means inputs
+    # (the kernel's theta goes through exp and log: equal to rounding).
+    assert len(evaluated) == 1
+    np.testing.assert_allclose(evaluated[0][:2], fixed.kernel_.theta, rtol=1e-14)
+    np.testing.assert_array_equal(evaluated[0][2:], fixed.inducing_points_.ravel())
+    np.testing.assert_array_equal(learned.kernel_.theta, fixed.kernel_.theta)
+    np.testing.assert_array_equal(learned.inducing_points_, fixed.inducing_points_)
+    np.testing.assert_array_equal(learned.predict_proba(X), fixed.predict_proba(X))
+    np.testing.assert_array_equal(learned.loo_proba_, fixed.loo_proba_)
+    assert (
+        learned.log_marginal_likelihood_value_ == fixed.log_marginal_likelihood_value_
+    )
+
+
+def test_the_inducing_input_search_ends_after_its_patience(monkeypatch):
+    # Points that only raise the held-out log-loss (a nearly constant model)
+    # end the search VALIDATION_PATIENCE evaluations after the start.
+    from sklearn_meanfield.tap import _sparse_gpc
+
+    monkeypatch.setattr(_sparse_gpc, "VALIDATION_PATIENCE", 3)
+    X, t = _data(200, 22)
+    y = _labels(t)
+    evaluated = []
+
+    def wandering(obj_func, initial_theta, bounds):
+        if len(initial_theta) == 2:
+            return _fmin_l_bfgs_b(obj_func, initial_theta, bounds)
+        for step in range(100):
+            point = np.array(initial_theta)
+            point[1] += np.log(100.0) + 0.1 * step  # ever longer length scales
+            evaluated.append(point)
+            obj_func(initial_theta if step == 0 else point)
+        raise AssertionError("the search did not end")
+
+    model = TAPGaussianProcessClassifier(
+        n_inducing=8, optimizer=wandering, optimize_inducing_points=True, random_state=0
+    ).fit(X, y)
+    assert len(evaluated) == 1 + 3 + 1
+    fixed = TAPGaussianProcessClassifier(
+        n_inducing=8, optimizer=_fmin_l_bfgs_b, random_state=0
+    ).fit(X, y)
+    np.testing.assert_array_equal(model.inducing_points_, fixed.inducing_points_)
+    np.testing.assert_array_equal(model.kernel_.theta, fixed.kernel_.theta)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_learning_inducing_inputs_from_a_poor_start_lowers_the_test_loss(seed):
+    # Ten inducing inputs started in one corner of the square: the fixed
+    # fit cannot follow the boundary, the learned one moves them out.
+    from sklearn.metrics import log_loss
+
+    X, t = _data(600, 30 + seed)
+    X_test, t_test = _data(4000, 40 + seed)
+    start = np.random.default_rng(seed).uniform(-2.0, -1.5, size=(10, 2))
+    losses = {}
+    for learn in (False, True):
+        model = TAPGaussianProcessClassifier(
+            inducing_points=start, optimize_inducing_points=learn, random_state=seed
+        ).fit(X, _labels(t))
+        losses[learn] = log_loss(_labels(t_test), model.predict_proba(X_test))
+    assert np.max(np.abs(model.inducing_points_ - start)) > 0.5
+    assert losses[True] < losses[False]
+
+
+def test_the_amplitude_cap_lowers_only_constant_kernels_upper_bounds():
+    from sklearn_meanfield.tap._sparse_gpc import _amplitude_capped
+
+    kernel = C(1.0, (1e-3, 1e3)) * RBF([1.0, 2.0], (1e-2, 1e2)) + C(0.5, (1e-4, 1e1))
+    bounds = kernel.bounds
+    theta = np.log([5.0, 0.3, 4.0, 0.2])
+    capped = _amplitude_capped(bounds, theta, kernel)
+    np.testing.assert_array_equal(capped[:, 0], bounds[:, 0])
+    np.testing.assert_allclose(
+        capped[:, 1], [np.log(5.0), *bounds[1:3, 1], np.log(0.2)]
+    )

@@ -43,6 +43,7 @@ __all__ = [
     "FitOptions",
     "contradicted_points",
     "fit_binary",
+    "is_reliable",
     "log_evidence",
 ]
 
@@ -306,6 +307,18 @@ def _with_max_iter(options, max_iter):
     return options if max_iter is None else replace(options, max_iter=max_iter)
 
 
+def is_reliable(evaluation):
+    """Whether an :class:`_Evaluation` is a converged, consistent EP
+    solution with a finite evidence (and gradient)."""
+    gradient = evaluation.gradient
+    return bool(
+        evaluation.solution.converged
+        and not evaluation.contradicted
+        and np.isfinite(evaluation.value)
+        and (gradient is None or np.all(np.isfinite(gradient)))
+    )
+
+
 # An evaluation whose EP did not converge (plain and fractional EP stalled:
 # typically the noise-free step on a kernel that cannot separate the data
 # without huge fields), or whose solution is degenerate (its fitted means
@@ -399,12 +412,7 @@ class _Search:
         ``_FAILED_EVALUATION_PENALTY``).  Returns the value and gradient the
         optimiser sees."""
         solution, value, gradient = evaluation[:3]
-        reliable = (
-            solution.converged
-            and not evaluation.contradicted
-            and np.isfinite(value)
-            and (gradient is None or np.all(np.isfinite(gradient)))
-        )
+        reliable = is_reliable(evaluation)
         if self.printer is not None:
             self.printer(
                 1,

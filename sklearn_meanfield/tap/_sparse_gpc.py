@@ -15,6 +15,9 @@ time a sweep, ``O(n m)`` memory, no ``n x n`` array anywhere):
   secant of the last evaluations, a tolerance that tightens with the
   gradient, failed evaluations penalised, restarts in parallel from seeds
   drawn up front;
+* learning the inducing inputs after the kernel, on all but a held-out
+  share of the rows whose Brier score decides whether they move
+  (:func:`validation_split`, :func:`significant_gain`);
 * the final solve, giving a :class:`SparseBinaryFit` that predicts from
   ``O(m^2)`` state (the ``n x m`` whitened cross-covariances are released)
   and keeps the cavities, the leave-one-out predictions of the sparse model
@@ -28,11 +31,13 @@ References
    NIPS 20, 2008.
 .. [3] E. Snelson and Z. Ghahramani, "Sparse Gaussian processes using
    pseudo-inputs", NIPS 18, 2006.
+.. [4] M. Bauer, M. van der Wilk and C. E. Rasmussen, "Understanding
+   probabilistic sparse Gaussian process approximations", NIPS 29, 2016.
 """
 
 import warnings
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -53,11 +58,13 @@ from ._binary_gpc import (
     _Search,
     _search_space,
     _solve,
+    _StopRequested,
     _warn_at_bounds,
     _with_max_iter,
     best_optimiser_run,
     check_restart_bounds,
     contradicted_points,
+    is_reliable,
     settle_final_solution,
 )
 from ._evidence import ep_label_noise_gradient
@@ -79,10 +86,13 @@ __all__ = [
     "row_blocks",
     "SparseBinaryFit",
     "fit_sparse_binary",
+    "held_out_losses",
     "initial_inducing_points",
     "log_evidence",
+    "significant_gain",
     "sparse_fit_peak_bytes",
     "uses_stochastic_search",
+    "validation_split",
 ]
 
 # Full (Lloyd) k-means up to this many samples, mini-batch k-means above:
@@ -95,6 +105,21 @@ _MINIBATCH_SIZE = 4096
 # reaches the full-batch search's evidence in less time.
 STOCHASTIC_MIN_SAMPLES = 50_000
 _PREDICT_BLOCK_BYTES = 8 * 2**20
+# Learning the inducing inputs by L-BFGS-B: FITC's evidence over-fits them
+# (Bauer, van der Wilk and Rasmussen 2016), so this share of the rows
+# (stratified) is held out of that search, which keeps the point of lowest
+# held-out Brier score when it beats the start's by VALIDATION_SIGNIFICANCE
+# standard errors of the paired per-row differences (a one-sided test at
+# about 2.3%; more for the k-th comparison along the path: sqrt(2 ln k)),
+# and ends after VALIDATION_PATIENCE evaluations without a new lowest
+# held-out Brier score; the amplitude, which the over-fitting inflates, may
+# not grow beyond its optimum at the starting inputs.  On 300 noisy rows
+# with m = 48, L-BFGS-B run to its end raised the test log-loss by
+# 0.05-0.07 over fixed inputs.
+VALIDATION_FRACTION = 0.1
+VALIDATION_SIGNIFICANCE = 2.0
+VALIDATION_PATIENCE = 30
+INDUCING_SEARCH_MAX_EVALUATIONS = 500
 
 
 @dataclass(frozen=True)
@@ -426,6 +451,221 @@ class _SparseSearch(_Search):
         )
 
 
+def validation_split(t, rng, fraction=VALIDATION_FRACTION):
+    """Rows to learn on and rows held out, stratified by the label.
+
+    Each class gives ``round(fraction * count)`` of its rows to the held-out
+    set (at least one, and at least one kept to learn on when it has two or
+    more rows), drawn from ``rng``.
+
+    Parameters
+    ----------
+    t : ndarray of shape (n,)
+        Labels.
+    rng : numpy.random.RandomState
+    fraction : float, default=VALIDATION_FRACTION
+
+    Returns
+    -------
+    learn, held_out : ndarray of int
+        Sorted row indices.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> t = np.r_[-np.ones(20), np.ones(10)]
+    >>> learn, held_out = validation_split(t, np.random.RandomState(0))
+    >>> len(learn), len(held_out), int(np.sum(t[held_out] > 0))
+    (27, 3, 1)
+    """
+    held_out = []
+    for label in np.unique(t):
+        rows = np.flatnonzero(t == label)
+        size = int(np.clip(round(fraction * len(rows)), 1, max(len(rows) - 1, 1)))
+        held_out.append(rng.permutation(rows)[:size])
+    held_out = np.sort(np.concatenate(held_out))
+    return np.setdiff1d(np.arange(len(t)), held_out), held_out
+
+
+def held_out_losses(solution, kernel, likelihood, Z, X, t):
+    """Each held-out row's Brier score ``(1 - p(t_i | x_i))^2`` under an EP
+    solution of the sparse model (kernel, likelihood, inducing inputs
+    ``Z``) fitted to other rows.
+
+    A proper score bounded by one: the paired comparison of two models on a
+    few dozen rows has the power the log-loss's heavy tail (a flipped label
+    predicted with confidence) takes away."""
+    mean, var = solution.posterior.predict(kernel(Z, X), kernel.diag(X))
+    positive = likelihood.predictive_positive(mean, var)
+    return (1.0 - np.where(t > 0, positive, 1.0 - positive)) ** 2
+
+
+class _Patience(Exception):
+    """The held-out Brier score has not improved for VALIDATION_PATIENCE
+    evaluations."""
+
+
+@dataclass
+class _HeldOutSearch(_SparseSearch):
+    """:class:`_SparseSearch` of the kernel and the inducing inputs on the
+    rows learned on, watching the Brier score of the held-out rows (``X_out``,
+    ``t_out``, weights ``w_out``) at every reliable evaluation: the point
+    of lowest held-out Brier score, when :func:`significant_gain` says it beats
+    the start's, is kept (``choice``: the point and its mean held-out
+    Brier score)."""
+
+    X_out: np.ndarray = None
+    t_out: np.ndarray = None
+    w_out: np.ndarray = None
+    baseline: np.ndarray = None
+    lowest: float = np.inf
+    since_lowest: int = 0
+    comparisons: int = 0
+    choice: tuple = None
+
+    def _record(self, theta, evaluation, eval_gradient):
+        value, gradient = super()._record(theta, evaluation, eval_gradient)
+        if is_reliable(evaluation):
+            self._watch(theta, evaluation.solution)
+        elif self.baseline is None:
+            # No held-out reference at the start: the start is kept.
+            raise _Patience
+        self.since_lowest += 1
+        if self.since_lowest > VALIDATION_PATIENCE:
+            raise _Patience
+        if self.evaluations >= INDUCING_SEARCH_MAX_EVALUATIONS:
+            warnings.warn(
+                "The inducing-input search reached its budget of "
+                f"{INDUCING_SEARCH_MAX_EVALUATIONS} evaluations; the point of lowest "
+                "held-out Brier score is used.",
+                ConvergenceWarning,
+            )
+            raise _Patience
+        return value, gradient
+
+    def _watch(self, theta, solution):
+        kernel, options, Z = _split(
+            theta, self.kernel, self.options, self.inducing, self.Z
+        )
+        losses = held_out_losses(
+            solution, kernel, options.make_likelihood(), Z, self.X_out, self.t_out
+        )
+        mean = _mean(losses, self.w_out)
+        if self.baseline is None:
+            self.baseline, self.lowest, self.since_lowest = losses, mean, -1
+            return
+        if mean < self.lowest:
+            self.lowest, self.since_lowest = mean, -1
+            self.comparisons += 1
+            if significant_gain(self.baseline, losses, self.w_out, self.comparisons):
+                self.choice = (np.array(theta, dtype=float), mean)
+
+
+def significant_gain(baseline, losses, weights, comparisons):
+    """Whether held-out Brier scores ``losses`` beat the ``baseline`` ones.
+
+    The (weighted) mean of the paired per-row gains ``baseline - losses``
+    must exceed ``z`` times its standard error, ``z = max(
+    VALIDATION_SIGNIFICANCE, sqrt(2 ln comparisons))``: the threshold grows
+    as the largest of ``comparisons`` normal draws, since every new lowest
+    point along the search is one more comparison with the start.
+
+    Parameters
+    ----------
+    baseline, losses : ndarray of shape (n,)
+    weights : ndarray of shape (n,) or None
+    comparisons : int
+        How many points have been compared with the start, this one included.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> base, wave = np.full(100, 0.5), np.sin(np.arange(100))
+    >>> significant_gain(base, base - 0.01 + 0.01 * wave, None, comparisons=1)
+    True
+    >>> significant_gain(base, base - 0.001 + 0.1 * wave, None, comparisons=1)
+    False
+    """
+    gain = np.asarray(baseline) - np.asarray(losses)
+    average = _mean(gain, weights)
+    error = np.sqrt(_mean((gain - average) ** 2, weights) / len(gain))
+    threshold = max(VALIDATION_SIGNIFICANCE, np.sqrt(2.0 * np.log(comparisons)))
+    return bool(average > threshold * error)
+
+
+def _mean(values, weights):
+    return float(np.average(values, weights=weights))
+
+
+def _amplitude_capped(bounds, theta, kernel):
+    """``bounds`` with the upper bound of every ``ConstantKernel``'s
+    ``constant_value`` (the kernel's amplitudes) lowered to its value in
+    ``theta``."""
+    bounds = np.array(bounds, dtype=float)
+    index = 0
+    for hyperparameter in kernel.hyperparameters:
+        if hyperparameter.fixed:
+            continue
+        size = hyperparameter.n_elements
+        if hyperparameter.name.endswith("constant_value"):
+            stop = index + size
+            bounds[index:stop, 1] = np.minimum(bounds[index:stop, 1], theta[index:stop])
+        index += size
+    return bounds
+
+
+def _learn_inducing_points(best, X, t, kernel, options, inducing, Z, rng, reporter,
+                           weights, client):  # fmt: skip
+    """The inducing inputs learned with the kernel from the fixed-input
+    optimum ``best``, on all but a held-out share of the rows (see
+    ``VALIDATION_FRACTION``); the start when no point of the search lowers
+    the held-out Brier score significantly.  Returns the point of the search
+    space (kernel, label noise, inducing inputs), the sites to warm-start
+    the final solve from (None for a learned point: they are the learning
+    rows' only) and whether a callback asked to stop."""
+    learn, out = validation_split(t, rng)
+    start, bounds = _search_start(X, kernel, options, inducing, Z)
+    head = kernel.n_dims + int(options.learns_label_noise)
+    start[:head] = best.theta
+    # FITC's over-fitting of the inputs inflates the amplitude: it may not
+    # grow beyond its optimum at the starting inputs.
+    bounds[:head] = _amplitude_capped(bounds[:head], start[:head], kernel)
+    w_learn = None if weights is None else weights[learn]
+    w_out = None if weights is None else weights[out]
+    printer = None
+    if options.verbose >= 1:
+        printer = ProgressReporter(options.verbose, options.prefix)
+    task = reporter.task.subtask("inducing-input search", max_steps=None)
+    search = _HeldOutSearch(
+        X[learn], t[learn], kernel, options, w_learn, task, theta=start,
+        printer=printer, inducing=inducing, Z=Z,
+        blocks=row_blocks(len(learn), len(Z), client), X_out=X[out], t_out=t[out],
+        w_out=w_out,
+    )  # fmt: skip
+    stopped = False
+    with task:
+        try:
+            options.optimizer(search, start, bounds=bounds)
+        except _Patience:
+            pass
+        except _StopRequested:
+            stopped = True
+    if search.choice is None:
+        reporter(1, "inducing inputs: no significant held-out gain; kept at the start")
+        return start, best.sites, stopped
+    reporter(
+        1,
+        "inducing inputs learned: held-out Brier score %.4f (start %.4f)",
+        search.choice[1],
+        _mean(search.baseline, w_out),
+    )
+    return search.choice[0], None, stopped
+
+
 def _optimise(
     X, t, kernel, options, inducing, Z, rng, n_jobs, reporter, weights, blocks
 ):
@@ -596,13 +836,27 @@ def fit_sparse_binary(
                     X, t, kernel, options, inducing, Z, rng, n_jobs, reporter,
                     weights,
                 )  # fmt: skip
+                point, sites = best.theta, best.sites
             else:
-                best, stopped = _optimise(
-                    X, t, kernel, options, inducing, Z, rng, n_jobs, reporter,
-                    weights, blocks,
-                )  # fmt: skip
-            kernel, options, Z = _split(best.theta, kernel, options, inducing, Z)
-            sites = best.sites
+                # The kernel first, at the starting inducing inputs; then,
+                # when they are learned, both, watched on held-out rows.
+                fixed = replace(inducing, learn=False)
+                if kernel.n_dims > 0 or options.learns_label_noise:
+                    best, stopped = _optimise(
+                        X, t, kernel, options, fixed, Z, rng, n_jobs, reporter,
+                        weights, blocks,
+                    )  # fmt: skip
+                else:
+                    best = _OptimizerRun(np.empty(0), np.nan, None, False)
+                point, sites = best.theta, best.sites
+                if inducing.learn and not stopped:
+                    point, sites, stopped = _learn_inducing_points(
+                        best, X, t, kernel, options, inducing, Z, rng, reporter,
+                        weights, client,
+                    )  # fmt: skip
+                elif inducing.learn:
+                    point = np.concatenate([point, Z.ravel()])
+            kernel, options, Z = _split(point, kernel, options, inducing, Z)
             if not stopped:
                 _warn_at_bounds(kernel, options)
         else:
