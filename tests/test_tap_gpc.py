@@ -1375,3 +1375,27 @@ def test_a_passed_deadline_stops_every_problem_in_its_worker():
     proba = model.predict_proba(X)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
     assert model.score(X, y) > 0.7
+
+
+def test_a_search_whose_steps_stall_ends_at_its_best_point():
+    # An optimiser whose steps shrink below what EP resolves (1e-9 in the
+    # log-hyperparameters) is ended after three such steps; the fit keeps the
+    # best point it evaluated and finishes normally.
+    X, y = _noisy_labels(40, 3)
+    calls, values = [], []
+
+    def shrinking(obj_func, initial_theta, bounds):
+        for k in range(50):
+            point = np.asarray(initial_theta) + 1e-9 * k
+            calls.append(point)
+            values.append(obj_func(point)[0])
+        raise AssertionError("the search did not end")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = TAPGaussianProcessClassifier(optimizer=shrinking).fit(X, y)
+    # The start, two stalled steps evaluated, the third ends the search.
+    assert len(calls) == 4 and len(values) == 3
+    best = calls[int(np.argmin(values))]
+    np.testing.assert_allclose(model.kernel_.theta, best, rtol=0, atol=1e-12)
+    assert np.isfinite(model.loo_error_)

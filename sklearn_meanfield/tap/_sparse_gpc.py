@@ -58,6 +58,7 @@ from ._binary_gpc import (
     _Search,
     _search_space,
     _solve,
+    _Stalled,
     _StopRequested,
     _warn_at_bounds,
     _with_max_iter,
@@ -650,7 +651,7 @@ def _learn_inducing_points(best, X, t, kernel, options, inducing, Z, rng, report
     with task:
         try:
             options.optimizer(search, start, bounds=bounds)
-        except _Patience:
+        except (_Patience, _Stalled):
             pass
         except _StopRequested:
             stopped = True
