@@ -205,6 +205,34 @@ def positive(model, X):
     return model.predict_proba(X)[:, 1]
 
 
+def peer_rows(X, t, X_test):
+    """``(name, held-out P(+1), fit seconds, None)`` of LogisticRegression
+    and HistGradientBoosting fitted on ``X, t``."""
+    rows = []
+    for name, model in [
+        ("LogisticRegression", LogisticRegression()),
+        ("HistGradientBoosting", HistGradientBoostingClassifier(random_state=0)),
+    ]:
+        with Timer() as timer:
+            model.fit(X, t)
+        rows.append((name, positive(model, X_test), timer.wall, None))
+    return rows
+
+
+def print_rows(rows, t_test):
+    """One line per ``(name, held-out P(+1), fit seconds, fitted GP or
+    None)``: log-loss, error, LOO error, fit time, and the log-loss and time
+    against the first row's."""
+    reference_ll, reference_time = log_loss_and_error(rows[0][1], t_test)[0], rows[0][2]
+    for name, proba, seconds, model in rows:
+        ll, err = log_loss_and_error(proba, t_test)
+        loo_text = "  -  " if model is None else f"{model.loo_error_:.3f}"
+        print(
+            f"  {name:22s} |  {ll:.4f}  {err:.3f} |  {loo_text}  | {seconds:6.1f} |"
+            f" log-loss {ll - reference_ll:+.4f}, time {seconds / reference_time:.2f}x"
+        )
+
+
 def part_one(kernel, n=2000, sizes=(64, 128, 256)):
     X, t = make_data(n + N_TEST, 0)
     X, t, X_test, t_test = X[:n], t[:n], X[n:], t[n:]
@@ -313,22 +341,9 @@ def part_two(kernel, n=50_000, m=256, n_subsample=4000, data="nonlinear"):
     rows.append(
         (f"exact TAP n={n_subsample}", positive(exact, X_test), e_timer.wall, exact)
     )
-    for name, model in [
-        ("LogisticRegression", LogisticRegression()),
-        ("HistGradientBoosting", HistGradientBoostingClassifier(random_state=0)),
-    ]:
-        with Timer() as other:
-            model.fit(X, t)
-        rows.append((name, positive(model, X_test), other.wall, None))
-    print("  model                  | log-loss  error | LOO err | fit s | vs sparse")
-    reference = log_loss_and_error(rows[0][1], t_test)[0]
-    for name, proba, seconds, model in rows:
-        ll, err = log_loss_and_error(proba, t_test)
-        loo_text = "  -  " if model is None else f"{model.loo_error_:.3f}"
-        print(
-            f"  {name:22s} |  {ll:.4f}  {err:.3f} |  {loo_text}  | {seconds:5.1f} |"
-            f" log-loss {ll - reference:+.4f}, time {seconds / timer.wall:.2f}x"
-        )
+    rows += peer_rows(X, t, X_test)
+    print("  model                  | log-loss  error | LOO err |  fit s | vs sparse")
+    print_rows(rows, t_test)
 
 
 def make_irrelevant(n, seed, n_irrelevant=6):
@@ -365,21 +380,8 @@ def part_ard(n=15_000, m=256):
             warnings.simplefilter("ignore", ConvergenceWarning)
             model.fit(X, t)
         rows.append((name, positive(model, X_test), timer.wall, model))
-    for name, model in [
-        ("LogisticRegression", LogisticRegression()),
-        ("HistGradientBoosting", HistGradientBoostingClassifier(random_state=0)),
-    ]:
-        with Timer() as timer:
-            model.fit(X, t)
-        rows.append((name, positive(model, X_test), timer.wall, None))
-    reference_ll, reference_time = log_loss_and_error(rows[0][1], t_test)[0], rows[0][2]
-    for name, proba, seconds, model in rows:
-        ll, err = log_loss_and_error(proba, t_test)
-        loo_text = "  -  " if model is None else f"{model.loo_error_:.3f}"
-        print(
-            f"  {name:22s} |  {ll:.4f}  {err:.3f} |  {loo_text}  | {seconds:6.1f} |"
-            f" log-loss {ll - reference_ll:+.4f}, time {seconds / reference_time:.2f}x"
-        )
+    rows += peer_rows(X, t, X_test)
+    print_rows(rows, t_test)
     ard = rows[1][3].kernel_.k2.length_scale
     print(
         "  ARD length scales: relevant "
