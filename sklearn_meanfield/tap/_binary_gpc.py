@@ -515,9 +515,6 @@ def _run_optimizer(
     ``search_fields`` let another model's search (the sparse fit's) run
     the same strategy.
     """
-    printer = None
-    if options.verbose >= 1:
-        printer = ProgressReporter(options.verbose, options.prefix)
     if bounds is None:
         _, bounds = _search_space(kernel, options)
     search = (search_class or _Search)(
@@ -528,13 +525,34 @@ def _run_optimizer(
         weights,
         task,
         theta=np.asarray(initial_theta, dtype=float),
-        printer=printer,
+        printer=_evaluation_printer(options),
         bounds=np.asarray(bounds, dtype=float),
         **(search_fields or {}),
     )
-    with task:
+    return _drive_search(search, initial_theta)
+
+
+def _evaluation_printer(options):
+    """The progress printer of a search's evaluations: None below
+    ``verbose=1``."""
+    if options.verbose >= 1:
+        return ProgressReporter(options.verbose, options.prefix)
+    return None
+
+
+def _drive_search(search, initial_theta):
+    """Runs the options' optimiser on ``search`` from ``initial_theta``
+    within ``search.bounds``, as one ``search.task``.
+
+    Returns the :class:`_OptimizerRun` at the optimiser's answer, or at the
+    search's best evaluation when the optimiser stalled (:class:`_Stalled`),
+    a callback stopped it, or it ended elsewhere than at its best.
+    """
+    with search.task:
         try:
-            theta, value = options.optimizer(search, initial_theta, bounds=bounds)
+            theta, value = search.options.optimizer(
+                search, initial_theta, bounds=search.bounds
+            )
             theta = np.asarray(theta, dtype=float)
             if theta.shape != np.shape(initial_theta) or not np.all(np.isfinite(theta)):
                 raise ValueError(

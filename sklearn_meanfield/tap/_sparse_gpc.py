@@ -52,14 +52,15 @@ from .._parallel import blas_threads_for_matrix, run_parallel, select_best
 from .._progress import ProgressReporter
 from ._binary_gpc import (
     _at,
+    _drive_search,
     _Evaluation,
+    _evaluation_printer,
     _final_solve,
     _OptimizerRun,
     _Search,
     _search_space,
     _solve,
     _Stalled,
-    _StopRequested,
     _warn_at_bounds,
     _with_max_iter,
     best_optimiser_run,
@@ -501,9 +502,9 @@ def held_out_losses(solution, kernel, likelihood, Z, X, t):
     return (1.0 - np.where(t > 0, positive, 1.0 - positive)) ** 2
 
 
-class _Patience(Exception):
+class _Patience(_Stalled):
     """The held-out Brier score has not improved for VALIDATION_PATIENCE
-    evaluations."""
+    evaluations: the search ends, and its choice is final."""
 
 
 @dataclass
@@ -637,24 +638,14 @@ def _learn_inducing_points(best, X, t, kernel, options, inducing, Z, rng, report
     bounds[:head] = _amplitude_capped(bounds[:head], start[:head], kernel)
     w_learn = None if weights is None else weights[learn]
     w_out = None if weights is None else weights[out]
-    printer = None
-    if options.verbose >= 1:
-        printer = ProgressReporter(options.verbose, options.prefix)
-    task = reporter.task.subtask("inducing-input search", max_steps=None)
     search = _HeldOutSearch(
-        X[learn], t[learn], kernel, options, w_learn, task, theta=start,
-        printer=printer, inducing=inducing, Z=Z,
+        X[learn], t[learn], kernel, options, w_learn,
+        reporter.task.subtask("inducing-input search", max_steps=None), theta=start,
+        printer=_evaluation_printer(options), bounds=bounds, inducing=inducing, Z=Z,
         blocks=row_blocks(len(learn), len(Z), client), X_out=X[out], t_out=t[out],
         w_out=w_out,
     )  # fmt: skip
-    stopped = False
-    with task:
-        try:
-            options.optimizer(search, start, bounds=bounds)
-        except (_Patience, _Stalled):
-            pass
-        except _StopRequested:
-            stopped = True
+    stopped = _drive_search(search, start).stopped
     if search.choice is None:
         reporter(1, "inducing inputs: no significant held-out gain; kept at the start")
         return start, best.sites, stopped
@@ -701,9 +692,7 @@ def _stochastic_run(start, seed, X, t, kernel, options, inducing, Z, bounds, sca
     """One stochastic search (:func:`~._stochastic_ep.stochastic_search`) as
     an :class:`_OptimizerRun`; with ``evaluate``, its full-batch EP evidence
     (warm-started from its sites) ranks it among the restarts."""
-    printer = None
-    if options.verbose >= 1:
-        printer = ProgressReporter(options.verbose, options.prefix)
+    printer = _evaluation_printer(options)
 
     def at(point):
         kernel_at, options_at, Z_at = _split(point, kernel, options, inducing, Z)
