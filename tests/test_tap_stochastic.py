@@ -214,9 +214,63 @@ def test_stochastic_restarts_and_inducing_inputs_are_independent_of_n_jobs():
     np.testing.assert_array_equal(one.kernel_.theta, two.kernel_.theta)
     np.testing.assert_array_equal(one.inducing_points_, two.inducing_points_)
     np.testing.assert_array_equal(one.predict_proba(X), two.predict_proba(X))
-    # the inducing inputs moved from their k-means start
+
+
+# Learning the inducing inputs by the stochastic search: the kernel is learned
+# at the starting inputs first, then the kernel and the inputs on all but a
+# held-out share of the rows, and the end is kept only when its held-out
+# Brier score beats the start's significantly.  The rule itself is tested
+# with the L-BFGS-B path; here, what each answer of it gives.
+
+
+def _learned_inputs(X, y, monkeypatch, gain):
+    from sklearn_meanfield.tap import _sparse_gpc
+
+    monkeypatch.setattr(_sparse_gpc, "significant_gain", lambda *args, **kw: gain)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return _fit(
+            X, y, optimizer="stochastic", optimize_inducing_points=True,
+            n_inducing=10, max_iter=60,
+        )  # fmt: skip
+
+
+def test_stochastic_inducing_inputs_without_a_gain_give_the_fixed_fit(monkeypatch):
+    X, t = _data(1500, 12)
+    y = (t > 0).astype(int)
+    learned = _learned_inputs(X, y, monkeypatch, gain=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fixed = _fit(X, y, optimizer="stochastic", n_inducing=10, max_iter=60)
+    np.testing.assert_array_equal(learned.kernel_.theta, fixed.kernel_.theta)
+    np.testing.assert_array_equal(learned.inducing_points_, fixed.inducing_points_)
+    np.testing.assert_array_equal(learned.predict_proba(X), fixed.predict_proba(X))
+    np.testing.assert_array_equal(learned.loo_proba_, fixed.loo_proba_)
+
+
+def test_stochastic_learned_inducing_inputs_end_in_the_fixed_point_of_their_model(
+    monkeypatch,
+):
+    X, t = _data(1500, 13)
+    y = (t > 0).astype(int)
+    learned = _learned_inputs(X, y, monkeypatch, gain=True)
     start = _fit(X, y, optimizer=None, n_inducing=10)
-    assert not np.allclose(one.inducing_points_, start.inducing_points_)
+    assert not np.allclose(learned.inducing_points_, start.inducing_points_)
+    # The final full pass, warm-started from the search's sites on the
+    # learning rows (zero on the held-out ones), reaches the fixed point of
+    # the learned model: that of a fit with it given, to EP's tolerance.
+    given = _fit(
+        X, y, kernel=learned.kernel_, optimizer=None,
+        inducing_points=learned.inducing_points_, n_inducing=10,
+    )  # fmt: skip
+    np.testing.assert_allclose(learned.kernel_.theta, given.kernel_.theta)
+    assert learned.log_marginal_likelihood_value_ == pytest.approx(
+        given.log_marginal_likelihood_value_, rel=1e-9
+    )
+    np.testing.assert_allclose(
+        learned.predict_proba(X), given.predict_proba(X), atol=1e-7
+    )
+    np.testing.assert_allclose(learned.loo_proba_, given.loo_proba_, atol=1e-7)
 
 
 def test_label_noise_is_learned_by_the_stochastic_search():

@@ -620,6 +620,42 @@ def _amplitude_capped(bounds, theta, kernel):
     return bounds
 
 
+class _HeldOutStart(NamedTuple):
+    """Where the search of the kernel and the inducing inputs starts: the
+    rows it learns on and the held-out ones, the starting point and the
+    search's bounds."""
+
+    learn: np.ndarray
+    out: np.ndarray
+    point: np.ndarray
+    bounds: np.ndarray
+
+
+def _held_out_start(best, X, t, kernel, options, inducing, Z, rng):
+    """The :class:`_HeldOutStart` from the fixed-input optimum ``best``: a
+    stratified split drawn from ``rng``, the point ``best`` with the inputs
+    ``Z``, and the bounds with every amplitude capped at its value there."""
+    learn, out = validation_split(t, rng)
+    point, bounds = _search_start(X, kernel, options, inducing, Z)
+    head = kernel.n_dims + int(options.learns_label_noise)
+    point[:head] = best.theta
+    # FITC's over-fitting of the inputs inflates the amplitude: it may not
+    # grow beyond its optimum at the starting inputs.
+    bounds[:head] = _amplitude_capped(bounds[:head], point[:head], kernel)
+    return _HeldOutStart(learn, out, point, bounds)
+
+
+def _report_inducing_choice(reporter, scores=None):
+    """Report the inducing-input search's outcome: ``scores`` the learned
+    point's and the start's mean held-out Brier scores, None when the start
+    is kept."""
+    if scores is None:
+        reporter(1, "inducing inputs: no significant held-out gain; kept at the start")
+    else:
+        message = "inducing inputs learned: held-out Brier score %.4f (start %.4f)"
+        reporter(1, message, *scores)
+
+
 def _learn_inducing_points(best, X, t, kernel, options, inducing, Z, rng, reporter,
                            weights, client):  # fmt: skip
     """The inducing inputs learned with the kernel from the fixed-input
@@ -629,13 +665,9 @@ def _learn_inducing_points(best, X, t, kernel, options, inducing, Z, rng, report
     space (kernel, label noise, inducing inputs), the sites to warm-start
     the final solve from (None for a learned point: they are the learning
     rows' only) and whether a callback asked to stop."""
-    learn, out = validation_split(t, rng)
-    start, bounds = _search_start(X, kernel, options, inducing, Z)
-    head = kernel.n_dims + int(options.learns_label_noise)
-    start[:head] = best.theta
-    # FITC's over-fitting of the inputs inflates the amplitude: it may not
-    # grow beyond its optimum at the starting inputs.
-    bounds[:head] = _amplitude_capped(bounds[:head], start[:head], kernel)
+    learn, out, start, bounds = _held_out_start(
+        best, X, t, kernel, options, inducing, Z, rng
+    )
     w_learn = None if weights is None else weights[learn]
     w_out = None if weights is None else weights[out]
     search = _HeldOutSearch(
@@ -647,15 +679,69 @@ def _learn_inducing_points(best, X, t, kernel, options, inducing, Z, rng, report
     )  # fmt: skip
     stopped = _drive_search(search, start).stopped
     if search.choice is None:
-        reporter(1, "inducing inputs: no significant held-out gain; kept at the start")
+        _report_inducing_choice(reporter)
         return start, best.sites, stopped
-    reporter(
-        1,
-        "inducing inputs learned: held-out Brier score %.4f (start %.4f)",
-        search.choice[1],
-        _mean(search.baseline, w_out),
-    )
+    _report_inducing_choice(reporter, (search.choice[1], _mean(search.baseline, w_out)))
     return search.choice[0], None, stopped
+
+
+def _learn_inducing_points_stochastic(best, X, t, kernel, options, inducing, Z, rng,
+                                      reporter, weights, client=None):  # fmt: skip
+    """:func:`_learn_inducing_points` by one stochastic search on the
+    learning rows, from the fixed-input optimum ``best`` (a stochastic
+    search's, over all rows).  The search's end is compared with its start
+    once, each scored by the held-out Brier score of full-batch EP on the
+    learning rows at that point, and kept when :func:`significant_gain`
+    says so.  The same returns; a learned point's sites are the search's
+    on the learning rows and zero on the held-out ones."""
+    learn, out, start, bounds = _held_out_start(
+        best, X, t, kernel, options, inducing, Z, rng
+    )
+    seed = int(rng.randint(np.iinfo(np.int32).max))
+    X_learn, t_learn = X[learn], t[learn]
+    w_learn = None if weights is None else weights[learn]
+    w_out = None if weights is None else weights[out]
+    task = reporter.task.subtask("inducing-input search", max_steps=None)
+    run = _stochastic_run(
+        start, seed, X_learn, t_learn, kernel, options, inducing, Z, bounds,
+        _search_scales(X, start, kernel, options, inducing), w_learn, task,
+        evaluate=False,
+    )  # fmt: skip
+    if run.stopped:
+        return start, best.sites, True
+
+    def held_out(point, sites):
+        evaluation = _evaluate(
+            point, X_learn, t_learn, kernel, options, inducing, Z, start=sites,
+            weights=w_learn,
+        )  # fmt: skip
+        if not is_reliable(evaluation):
+            return None
+        kernel_at, options_at, Z_at = _split(point, kernel, options, inducing, Z)
+        return held_out_losses(
+            evaluation.solution, kernel_at, options_at.make_likelihood(), Z_at,
+            X[out], t[out],
+        )  # fmt: skip
+
+    start_sites = None
+    if best.sites is not None:
+        start_sites = [(tau[learn], nu[learn]) for tau, nu in best.sites]
+    baseline = held_out(start, start_sites)
+    losses = held_out(run.theta, run.sites)
+    if (
+        baseline is None
+        or losses is None
+        or not significant_gain(baseline, losses, w_out, comparisons=1)
+    ):
+        _report_inducing_choice(reporter)
+        return start, best.sites, False
+    _report_inducing_choice(reporter, (_mean(losses, w_out), _mean(baseline, w_out)))
+    sites = []
+    for tau_learn, nu_learn in run.sites:
+        tau, nu = np.zeros(len(t)), np.zeros(len(t))
+        tau[learn], nu[learn] = tau_learn, nu_learn
+        sites.append((tau, nu))
+    return run.theta, sites, False
 
 
 def _optimise(
@@ -733,6 +819,17 @@ def uses_stochastic_search(options, n):
     return bool(options.stochastic)
 
 
+def _search_scales(X, point, kernel, options, inducing):
+    """The units of the stochastic search's steps: one for the
+    log-hyperparameters, each input's spread for the inducing inputs."""
+    scales = np.ones(len(point))
+    if inducing.learn:
+        head = kernel.n_dims + int(options.learns_label_noise)
+        spread = np.maximum(np.std(X, axis=0), 1e-12)
+        scales[head:] = np.tile(spread, (len(point) - head) // X.shape[1])
+    return scales
+
+
 def _stochastic_optimise(X, t, kernel, options, inducing, Z, rng, n_jobs, reporter,
                          weights):  # fmt: skip
     """The best of the stochastic searches: the first from the kernel's own
@@ -742,10 +839,7 @@ def _stochastic_optimise(X, t, kernel, options, inducing, Z, rng, n_jobs, report
     start, bounds = _search_start(X, kernel, options, inducing, Z)
     head = kernel.n_dims + int(options.learns_label_noise)
     check_restart_bounds(options, bounds[:head])
-    scales = np.ones(len(start))
-    if inducing.learn:
-        spread = np.maximum(np.std(X, axis=0), 1e-12)
-        scales[head:] = np.tile(spread, len(Z))
+    scales = _search_scales(X, start, kernel, options, inducing)
     starts, seeds = [], []
     for run in range(1 + options.n_restarts_optimizer):
         draw = start.copy()
@@ -821,31 +915,36 @@ def fit_sparse_binary(
         if options.optimizer is not None and (
             kernel.n_dims > 0 or options.learns_label_noise or inducing.learn
         ):
-            if uses_stochastic_search(options, len(X)):
-                best, stopped = _stochastic_optimise(
-                    X, t, kernel, options, inducing, Z, rng, n_jobs, reporter,
-                    weights,
-                )  # fmt: skip
-                point, sites = best.theta, best.sites
-            else:
-                # The kernel first, at the starting inducing inputs; then,
-                # when they are learned, both, watched on held-out rows.
-                fixed = replace(inducing, learn=False)
-                if kernel.n_dims > 0 or options.learns_label_noise:
+            stochastic = uses_stochastic_search(options, len(X))
+            # The kernel first, at the starting inducing inputs; then, when
+            # they are learned, both, watched on held-out rows.
+            fixed = replace(inducing, learn=False)
+            if kernel.n_dims > 0 or options.learns_label_noise:
+                if stochastic:
+                    best, stopped = _stochastic_optimise(
+                        X, t, kernel, options, fixed, Z, rng, n_jobs, reporter,
+                        weights,
+                    )  # fmt: skip
+                else:
                     best, stopped = _optimise(
                         X, t, kernel, options, fixed, Z, rng, n_jobs, reporter,
                         weights, blocks,
                     )  # fmt: skip
-                else:
-                    best = _OptimizerRun(np.empty(0), np.nan, None, False)
-                point, sites = best.theta, best.sites
-                if inducing.learn and not stopped:
-                    point, sites, stopped = _learn_inducing_points(
-                        best, X, t, kernel, options, inducing, Z, rng, reporter,
-                        weights, client,
-                    )  # fmt: skip
-                elif inducing.learn:
-                    point = np.concatenate([point, Z.ravel()])
+            else:
+                best = _OptimizerRun(np.empty(0), np.nan, None, False)
+            point, sites = best.theta, best.sites
+            if inducing.learn and not stopped:
+                learn_inputs = (
+                    _learn_inducing_points_stochastic
+                    if stochastic
+                    else _learn_inducing_points
+                )
+                point, sites, stopped = learn_inputs(
+                    best, X, t, kernel, options, inducing, Z, rng, reporter,
+                    weights, client,
+                )  # fmt: skip
+            elif inducing.learn:
+                point = np.concatenate([point, Z.ravel()])
             kernel, options, Z = _split(point, kernel, options, inducing, Z)
             if not stopped:
                 _warn_at_bounds(kernel, options)

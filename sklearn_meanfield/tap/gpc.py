@@ -222,9 +222,9 @@ class TAPGaussianProcessClassifier(
         it is an int that differs).
     optimize_inducing_points : bool, default=False
         Sparse mode: after learning the kernel at the starting inducing
-        inputs, learn both on 90% of the rows by the evidence's analytic
-        gradient, keeping the point whose Brier score on the other 10% beats
-        the start's significantly (FITC's evidence alone over-fits the
+        inputs, learn both on 90% of the rows (by the optimizer's search of
+        the evidence), keeping the point whose Brier score on the other 10%
+        beats the start's significantly (FITC's evidence alone over-fits the
         inputs), else the start; ``m * n_features`` more parameters and
         several times the fit time.  Needs an ``optimizer``.  See
         :ref:`sparse_gpc`.
