@@ -600,6 +600,40 @@ def test_gpc_runs_evaluations_and_sweeps_are_callback_subtasks(n_jobs, capsys):
     np.testing.assert_array_equal(model.loo_proba_, plain.loo_proba_)
 
 
+@pytest.mark.parametrize("in_pipeline", [False, True])
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_gpc_multinomial_is_one_problem_of_callback_subtasks(in_pipeline):
+    _callback_api()
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = make_classification(
+        n_samples=45, n_features=4, n_informative=3, n_redundant=0, n_classes=3,
+        n_clusters_per_class=1, random_state=0,
+    )  # fmt: skip
+    params = dict(multi_class="multinomial", n_restarts_optimizer=1, random_state=0)
+    plain = TAPGaussianProcessClassifier(**params).fit(X, y)
+    model = TAPGaussianProcessClassifier(**params)
+    if in_pipeline:
+        # A meta-estimator's callbacks reach the step's fit as its own.
+        recorder = _AutoPropagatedTreeRecorder()
+        make_pipeline(StandardScaler(), model).set_callbacks(recorder).fit(X, y)
+        root = ROOT + (("fit", 1),)
+        plain = make_pipeline(StandardScaler(), plain).fit(X, y)[-1]
+    else:
+        recorder = _TreeRecorder()
+        model.set_callbacks(recorder).fit(X, y)
+        root = ROOT
+    tree = recorder.tree()
+    assert tree[root] == [("problem", 0)]
+    problem = root + (("problem", 0),)
+    assert tree[problem] == [("optimiser run", 0), ("optimiser run", 1), ("solve", 2)]
+    for run in range(2):
+        evaluations = tree[problem + (("optimiser run", run),)]
+        assert evaluations == [("evaluation", i) for i in range(len(evaluations))]
+    np.testing.assert_array_equal(model.loo_proba_, plain.loo_proba_)
+
+
 # One small fit of each estimator that speaks callbacks, with the name of the
 # subtasks of its fit and how many it must have.
 def _parallel_cases():

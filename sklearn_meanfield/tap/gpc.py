@@ -673,7 +673,9 @@ class TAPGaussianProcessClassifier(
                 self._options(),
                 int(draw_seeds(rng, 1)[0]),
                 self.n_jobs,
-                reporter.task,
+                # One problem, as each binary one: its optimiser runs and its
+                # solve are the problem's subtasks.
+                reporter.task.subtask("problem", max_steps=None),
                 weights,
             )
         self._multinomial_rows, self._multinomial_fit = rows, fit
