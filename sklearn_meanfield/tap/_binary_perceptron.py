@@ -135,7 +135,7 @@ def _adaptive_solve(posterior, t, w, options, warm, reporter):
 
 
 def _solve(posterior, t, w, options, warm=None, reporter=None):
-    """Run the optionsured mean-field equations (a pure function of its inputs).
+    """Run the configured mean-field equations (a pure function of its inputs).
 
     ``w`` holds the site weights (None: all one).  Every sweep is a step of
     ``reporter.task`` (named "sweep") for scikit-learn callbacks; a
