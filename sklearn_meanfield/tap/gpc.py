@@ -153,19 +153,14 @@ class TAPGaussianProcessClassifier(
         selects the equations used for predictions and leave-one-out.
     optimizer : "auto", "fmin_l_bfgs_b", "stochastic", callable or None, \
             default="auto"
-        Maximises the TAP log evidence over the kernel's log-hyperparameters.
-        ``"fmin_l_bfgs_b"``: L-BFGS-B, EP solved over all rows at every
-        evaluation.  ``"stochastic"`` (sparse mode only): stochastic EP,
-        sites and hyperparameters moved together by minibatches of rows
-        with Adam, then EP solved over all rows at the learned point (see
-        :ref:`the user guide <stochastic_ep>`).  ``"auto"``: stochastic in
-        the sparse mode above ``STOCHASTIC_MIN_SAMPLES`` (50,000) rows,
-        L-BFGS-B otherwise.
-        A callable has scikit-learn's signature ``optimizer(obj_func,
-        initial_theta, bounds) -> (theta_opt, func_min)``.  None keeps the
-        kernel fixed.  A hyperparameter that ends on its bound gives a
-        ``ConvergenceWarning`` (as scikit-learn's GP estimators do), and so
-        does a learned label noise at either end of ``LABEL_NOISE_BOUNDS``.
+        Maximises the TAP log evidence over the kernel's log-hyperparameters:
+        ``"fmin_l_bfgs_b"`` (L-BFGS-B, EP over all rows at every evaluation),
+        ``"stochastic"`` (sparse mode: minibatch stochastic EP, then EP over
+        all rows at the learned point, see :ref:`stochastic EP <stochastic_ep>`)
+        or ``"auto"`` (stochastic in the sparse mode above
+        ``STOCHASTIC_MIN_SAMPLES`` = 50,000 rows, else L-BFGS-B).  A callable
+        has scikit-learn's signature ``optimizer(obj_func, initial_theta,
+        bounds)``; None keeps the kernel fixed.
     n_restarts_optimizer : int, default=0
         Extra optimiser runs from log-uniform draws within the kernel bounds,
         run in parallel with ``n_jobs``; the largest evidence wins.
@@ -180,20 +175,13 @@ class TAPGaussianProcessClassifier(
         Initial fraction of each parallel site update that is taken; reduced
         automatically when the updates oscillate.
     multi_class : {"one_vs_rest", "one_vs_one", "multinomial"}, default="one_vs_rest"
-        ``"one_vs_rest"``: one binary problem per class against the others,
-        their probabilities normalised to sum to one.  ``"one_vs_one"``: one
-        problem per pair of classes; ``predict`` votes as
-        :class:`sklearn.multiclass.OneVsOneClassifier` does and
-        ``predict_proba`` couples the pairwise probabilities (Wu, Lin and
-        Weng), so the voted and the most probable class can differ on a few
-        ambiguous points, as with :class:`sklearn.svm.SVC`.
-        ``"multinomial"``: one model, a latent function per class with a
-        shared kernel and the multinomial probit likelihood, solved by
-        nested EP; one evidence and the leave-one-out probabilities of that
-        model.  The exact probit model without label noise only
-        (``n_inducing="auto"`` stays exact at any size); a sweep costs
-        ``C + 1`` Cholesky factorisations of ``n x n`` matrices.  For
-        two classes it is the binary probit model.  See
+        ``"one_vs_rest"``: one binary problem per class, probabilities
+        normalised to sum to one.  ``"one_vs_one"``: one problem per pair of
+        classes, probabilities coupled (Wu, Lin and Weng); ``predict`` votes
+        as :class:`sklearn.svm.SVC` does.  ``"multinomial"``: one model, a
+        latent function per class with a shared kernel and the multinomial
+        probit likelihood, by nested EP: better-calibrated probabilities for
+        two to five times one-vs-rest's time; exact mode, probit only.  See
         :ref:`the user guide <multinomial_gpc>`.
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes, multiplying ``sample_weight`` (see
