@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
+from dask_helpers import local_dask_client
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF
 from sklearn.gaussian_process.kernels import ConstantKernel as C
@@ -369,3 +370,30 @@ def test_stochastic_fit_on_a_dask_cluster_equals_the_local_fit():
         remote.predict_proba(X), local.predict_proba(X), rtol=0, atol=1e-12
     )
     np.testing.assert_allclose(remote.loo_proba_, local.loo_proba_, rtol=0, atol=1e-12)
+
+
+def test_stochastic_learned_inducing_inputs_on_dask_row_blocks(monkeypatch):
+    # The full-batch EP that scores the search's start and end, and the final
+    # solve, map over row blocks on the workers: the local model, to rounding.
+    pytest.importorskip("distributed")
+    from joblib import parallel_config
+
+    from sklearn_meanfield.tap import _sparse
+
+    monkeypatch.setattr(_sparse, "_BLOCK_BYTES", 8 * 10 * 256)
+    X, t = _data(1500, 14)
+    y = (t > 0).astype(int)
+    local = _learned_inputs(X, y, monkeypatch, gain=True)
+    with (
+        local_dask_client(n_workers=2, threads_per_worker=1),
+        parallel_config(backend="dask"),
+    ):
+        remote = _learned_inputs(X, y, monkeypatch, gain=True)
+    np.testing.assert_allclose(remote.kernel_.theta, local.kernel_.theta, rtol=1e-9)
+    np.testing.assert_allclose(
+        remote.inducing_points_, local.inducing_points_, rtol=1e-9, atol=1e-12
+    )
+    np.testing.assert_allclose(
+        remote.predict_proba(X), local.predict_proba(X), rtol=1e-9, atol=1e-12
+    )
+    np.testing.assert_allclose(remote.loo_proba_, local.loo_proba_, rtol=1e-9)

@@ -686,14 +686,15 @@ def _learn_inducing_points(best, X, t, kernel, options, inducing, Z, rng, report
 
 
 def _learn_inducing_points_stochastic(best, X, t, kernel, options, inducing, Z, rng,
-                                      reporter, weights, client=None):  # fmt: skip
+                                      reporter, weights, client):  # fmt: skip
     """:func:`_learn_inducing_points` by one stochastic search on the
     learning rows, from the fixed-input optimum ``best`` (a stochastic
     search's, over all rows).  The search's end is compared with its start
     once, each scored by the held-out Brier score of full-batch EP on the
     learning rows at that point, and kept when :func:`significant_gain`
-    says so.  The same returns; a learned point's sites are the search's
-    on the learning rows and zero on the held-out ones."""
+    says so (that EP on ``client``'s workers, as the final solve).  The
+    same returns; a learned point's sites are the search's on the learning
+    rows and zero on the held-out ones."""
     learn, out, start, bounds = _held_out_start(
         best, X, t, kernel, options, inducing, Z, rng
     )
@@ -710,10 +711,12 @@ def _learn_inducing_points_stochastic(best, X, t, kernel, options, inducing, Z, 
     if run.stopped:
         return start, best.sites, True
 
+    blocks = row_blocks(len(learn), len(Z), client)
+
     def held_out(point, sites):
         evaluation = _evaluate(
             point, X_learn, t_learn, kernel, options, inducing, Z, start=sites,
-            weights=w_learn,
+            weights=w_learn, blocks=blocks,
         )  # fmt: skip
         if not is_reliable(evaluation):
             return None
