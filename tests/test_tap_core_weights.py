@@ -483,6 +483,46 @@ def test_powered_likelihood_moments_match_quadrature(name, label_noise):
 
 
 @pytest.mark.parametrize("name", ["probit", "logistic"])
+@pytest.mark.parametrize("label_noise", [0.0, 0.01])
+def test_powered_moments_of_wide_cavities_match_a_dense_grid(name, label_noise):
+    # Cavities a thousand likelihood widths wide (a large kernel amplitude):
+    # the tilted density turns within a thousandth of the cavity's sd.  The
+    # reference is the trapezoid rule on a uniform grid of 2e6 nodes over
+    # 40 cavity sds either side (25 nodes per likelihood width), exact to
+    # rounding here.
+    from scipy.special import log_expit, log_ndtr
+
+    likelihood = make_likelihood(name, label_noise)
+    base = log_ndtr if name == "probit" else log_expit
+    log_noise = np.log(label_noise) if label_noise > 0 else -np.inf
+    xi = np.linspace(-40.0, 40.0, 2_000_001)
+    cases = [
+        (0.0, 1e6, 0.7),
+        (-300.0, 4e5, 0.3),
+        (2500.0, 9e5, 0.05),
+        (-40.0, 1e4, 0.9),
+    ]
+    m, v, e = (np.array(column) for column in zip(*cases))
+    log_z, first, second = likelihood.powered(e).moments(np.ones(len(m)), m, v)
+    for i in range(len(cases)):
+        sd = np.sqrt(v[i])
+        h = m[i] + sd * xi
+        log_f = -0.5 * xi**2 + e[i] * np.logaddexp(
+            log_noise, np.log1p(-2 * label_noise) + base(h)
+        )
+        peak = log_f.max()
+        f = np.exp(log_f - peak)
+        mass = f.sum()
+        mean = f @ xi / mass
+        var = f @ (xi - mean) ** 2 / mass
+        ref_log_z = np.log(mass * (xi[1] - xi[0])) + peak - 0.5 * np.log(2 * np.pi)
+        assert log_z[i] == pytest.approx(ref_log_z, abs=1e-9)
+        # In cavity units: first = E[xi] / sd, second = (1 - Var xi) / v.
+        assert first[i] * sd == pytest.approx(mean, abs=1e-9)
+        assert 1.0 - second[i] * v[i] == pytest.approx(var, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["probit", "logistic"])
 def test_probit_and_logistic_weights_below_one_converge(name):
     # With the power 1 / w above one these did not converge in 2000 sweeps
     # (amplitude 100, weights 0.3); plain EP on p**w converges, its evidence

@@ -210,6 +210,10 @@ class NoisyStepLikelihood:
             return QuadraturePowered(self, exponent)
         return PoweredNoisyStep(self.label_noise, exponent)
 
+    def _log_value(self, x):
+        """``log Phi(x / sigma)`` alone (see :meth:`_log_base`)."""
+        return log_ndtr(x / self.sigma)
+
     def _log_base(self, x):
         """``log Phi(x / sigma)`` and its first two derivatives in ``x``
         (the likelihood without label noise, of the signed field)."""
@@ -374,17 +378,24 @@ class LogisticLikelihood:
         (:class:`QuadraturePowered`)."""
         return QuadraturePowered(self, exponent)
 
+    def _log_value(self, x):
+        """``log sigma(x)`` alone (see :meth:`_log_base`)."""
+        return -np.logaddexp(0.0, -x)
+
     def _log_base(self, x):
         """``log sigma(x)`` and its first two derivatives in ``x``."""
         return -np.logaddexp(0.0, -x), expit(-x), -expit(x) * expit(-x)
 
 
-# Trapezoid rule of QuadraturePowered, in units of the cavity's standard
-# deviation: nodes at most this far apart, and this many per unit of the
-# likelihood's own width (sigma, 1 for the logistic) where the cavity is wider;
-# the node count is capped (cavities wider than about 1e5 lose accuracy).
-_QUADRATURE_STEP = 0.25
-_QUADRATURE_MAX_NODES = 8193
+# Trapezoid rule of QuadraturePowered, on a uniform grid in ``u`` where the
+# cavity-unit variable is ``xi = focus + scale * sinh(u)``: nodes ``scale *
+# step`` apart where the likelihood turns (its width over the cavity's sd,
+# at most 1) and ``distance * step`` apart away from it, so that both the
+# likelihood's turn and the cavity's Gaussian are resolved with a few hundred
+# nodes however wide the cavity.  In ``u`` the Gaussian at distance D from
+# the focus is analytic within about 1/D of the real axis: the rule's error
+# is of order exp(-2 pi^2 / (step D)^2), below 1e-13 for D <= 10.
+_QUADRATURE_STEP = 0.08
 # Half-width of the grid around the mode (noise-free likelihoods, whose
 # tilted log density is at least 1-strongly concave in these units): the mass
 # beyond it is below exp(-40) of the total.
@@ -404,11 +415,13 @@ class QuadraturePowered:
     :func:`~sklearn_meanfield.tap._ep.expectation_propagation`), whose
     tilted distribution ``N(h; m, v) p(t h)**e`` has no closed form for these
     likelihoods.  In the cavity's standard units ``xi = (t h - t m) /
-    sqrt(v)`` its log density ``-xi**2 / 2 + e log p`` is smooth; the
-    trapezoid rule on a uniform grid (spacing at most 0.25, and a quarter of
-    the likelihood's width over ``sqrt(v)``) converges geometrically.  The
-    grid is centred on the mode found by safeguarded Newton when the
-    likelihood has no label noise (the log density is then 1-strongly
+    sqrt(v)`` its log density ``-xi**2 / 2 + e log p`` is smooth, but
+    turns within the likelihood's width over ``sqrt(v)``, which is narrow
+    for a wide cavity.  The trapezoid rule runs on a uniform grid in ``u``,
+    ``xi = focus + scale * sinh(u)``, dense where the likelihood turns and
+    sparser away from it, and converges geometrically.  The window is
+    centred on the mode found by safeguarded Newton when the likelihood has
+    no label noise (the log density is then 1-strongly
     concave: 9 units either side hold all but ``exp(-40)`` of the mass), and
     on the cavity mean with label noise ``kappa`` (``p >= kappa``: the mass
     lies within ``sqrt(2 (40 + e |log kappa|))`` units).  Sites with ``e =
@@ -443,21 +456,28 @@ class QuadraturePowered:
         self._width = getattr(likelihood, "sigma", 1.0)
 
     def _grid(self, x_mean, v, e):
-        """Nodes (in cavity units) of every site, and their spacing."""
+        """Nodes (in cavity units) of every site, and their log weights."""
         sd = np.sqrt(v)
         kappa = self.label_noise
         if kappa > 0.0:
             center = np.zeros_like(x_mean)
-            half = np.full_like(x_mean, np.sqrt(2.0 * (40.0 + e * -np.log(kappa))))
+            half = np.sqrt(2.0 * (40.0 + e * -np.log(kappa)))
         else:
             center = self._mode(x_mean, sd, e)
-            half = np.full_like(x_mean, _QUADRATURE_HALF_WIDTH)
-        step = np.minimum(_QUADRATURE_STEP, _QUADRATURE_STEP * self._width / sd)
-        n_nodes = int(np.max(np.ceil(2.0 * half / step))) + 1
-        n_nodes = min(max(n_nodes, 33), _QUADRATURE_MAX_NODES)
-        unit = np.linspace(-1.0, 1.0, n_nodes)
-        nodes = center[:, None] + half[:, None] * unit[None, :]
-        return nodes, 2.0 * half / (n_nodes - 1)
+            half = _QUADRATURE_HALF_WIDTH
+        low, high = center - half, center + half
+        # Where the likelihood turns (its argument zero), kept in the window,
+        # and how sharply, in cavity units.
+        focus = np.clip(-x_mean / sd, low, high)
+        scale = np.minimum(self._width / sd, 1.0)
+        u_low = np.arcsinh((low - focus) / scale)
+        u_high = np.arcsinh((high - focus) / scale)
+        n_nodes = int(np.max(np.ceil((u_high - u_low) / _QUADRATURE_STEP))) + 1
+        u_step = (u_high - u_low) / (n_nodes - 1)
+        u = u_low[:, None] + u_step[:, None] * np.arange(n_nodes)[None, :]
+        nodes = focus[:, None] + scale[:, None] * np.sinh(u)
+        log_weights = np.log(scale * u_step)[:, None] + np.log(np.cosh(u))
+        return nodes, log_weights
 
     def _mode(self, x_mean, sd, e):
         """The mode of ``-xi**2 / 2 + e log p(x_mean + sd xi)``, noise-free.
@@ -488,16 +508,14 @@ class QuadraturePowered:
         normalised weights and nodes."""
         x_mean = t * cavity_mean
         sd = np.sqrt(cavity_var)
-        nodes, step = self._grid(x_mean, cavity_var, e)
-        log_base, _, _ = self.likelihood._log_base(
-            x_mean[:, None] + sd[:, None] * nodes
-        )
+        nodes, log_weights = self._grid(x_mean, cavity_var, e)
+        log_base = self.likelihood._log_value(x_mean[:, None] + sd[:, None] * nodes)
         log_p = log_with_label_noise(log_base, self.label_noise)
-        log_f = -0.5 * nodes * nodes + e[:, None] * log_p
+        log_f = -0.5 * nodes * nodes + e[:, None] * log_p + log_weights
         peak = np.max(log_f, axis=1, keepdims=True)
         f = np.exp(log_f - peak)
         total = np.sum(f, axis=1)
-        log_z = np.log(total * step) + peak[:, 0] - LOG_SQRT_2PI
+        log_z = np.log(total) + peak[:, 0] - LOG_SQRT_2PI
         weights = f / total[:, None]
         mean = np.sum(weights * nodes, axis=1)
         var = np.sum(weights * (nodes - mean[:, None]) ** 2, axis=1)
