@@ -456,7 +456,7 @@ class QuadraturePowered:
         self._width = getattr(likelihood, "sigma", 1.0)
 
     def _grid(self, x_mean, v, e):
-        """Nodes (in cavity units) of every site, and their log weights."""
+        """Nodes (in cavity units) of every site, and their weights."""
         sd = np.sqrt(v)
         kappa = self.label_noise
         if kappa > 0.0:
@@ -474,10 +474,11 @@ class QuadraturePowered:
         u_high = np.arcsinh((high - focus) / scale)
         n_nodes = int(np.max(np.ceil((u_high - u_low) / _QUADRATURE_STEP))) + 1
         u_step = (u_high - u_low) / (n_nodes - 1)
-        u = u_low[:, None] + u_step[:, None] * np.arange(n_nodes)[None, :]
-        nodes = focus[:, None] + scale[:, None] * np.sinh(u)
-        log_weights = np.log(scale * u_step)[:, None] + np.log(np.cosh(u))
-        return nodes, log_weights
+        exp_u = np.exp(u_low[:, None] + u_step[:, None] * np.arange(n_nodes)[None, :])
+        inverse = 1.0 / exp_u
+        nodes = focus[:, None] + (0.5 * scale)[:, None] * (exp_u - inverse)
+        weights = (0.5 * scale * u_step)[:, None] * (exp_u + inverse)
+        return nodes, weights
 
     def _mode(self, x_mean, sd, e):
         """The mode of ``-xi**2 / 2 + e log p(x_mean + sd xi)``, noise-free.
@@ -508,12 +509,12 @@ class QuadraturePowered:
         normalised weights and nodes."""
         x_mean = t * cavity_mean
         sd = np.sqrt(cavity_var)
-        nodes, log_weights = self._grid(x_mean, cavity_var, e)
+        nodes, node_weights = self._grid(x_mean, cavity_var, e)
         log_base = self.likelihood._log_value(x_mean[:, None] + sd[:, None] * nodes)
         log_p = log_with_label_noise(log_base, self.label_noise)
-        log_f = -0.5 * nodes * nodes + e[:, None] * log_p + log_weights
+        log_f = -0.5 * nodes * nodes + e[:, None] * log_p
         peak = np.max(log_f, axis=1, keepdims=True)
-        f = np.exp(log_f - peak)
+        f = np.exp(log_f - peak) * node_weights
         total = np.sum(f, axis=1)
         log_z = np.log(total) + peak[:, 0] - LOG_SQRT_2PI
         weights = f / total[:, None]
