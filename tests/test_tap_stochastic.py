@@ -15,7 +15,7 @@ from dask_helpers import local_dask_client
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF
 from sklearn.gaussian_process.kernels import ConstantKernel as C
-from test_tap_sparse_gpc import _data
+from test_tap_sparse_gpc import _data, assert_same_sparse_model
 
 from sklearn_meanfield.tap._ep import expectation_propagation
 from sklearn_meanfield.tap._evidence import ep_label_noise_gradient
@@ -389,11 +389,4 @@ def test_stochastic_learned_inducing_inputs_on_dask_row_blocks(monkeypatch):
         parallel_config(backend="dask"),
     ):
         remote = _learned_inputs(X, y, monkeypatch, gain=True)
-    np.testing.assert_allclose(remote.kernel_.theta, local.kernel_.theta, rtol=1e-9)
-    np.testing.assert_allclose(
-        remote.inducing_points_, local.inducing_points_, rtol=1e-9, atol=1e-12
-    )
-    np.testing.assert_allclose(
-        remote.predict_proba(X), local.predict_proba(X), rtol=1e-9, atol=1e-12
-    )
-    np.testing.assert_allclose(remote.loo_proba_, local.loo_proba_, rtol=1e-9)
+    assert_same_sparse_model(remote, local, X)
