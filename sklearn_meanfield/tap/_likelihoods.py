@@ -211,19 +211,15 @@ class NoisyStepLikelihood:
         return PoweredNoisyStep(self.label_noise, exponent)
 
     def _log_value(self, x):
-        """``log Phi(x / sigma)`` alone (see :meth:`_log_base`)."""
+        """``log Phi(x / sigma)``: the log likelihood without label noise, of
+        the signed field ``x``."""
         return log_ndtr(x / self.sigma)
 
-    def _log_base(self, x):
-        """``log Phi(x / sigma)`` and its first two derivatives in ``x``
-        (the likelihood without label noise, of the signed field)."""
+    def _log_slopes(self, x):
+        """The first two derivatives of :meth:`_log_value` in ``x``."""
         z = x / self.sigma
         ratio = norm_pdf_cdf_ratio(z)
-        return (
-            log_ndtr(z),
-            ratio / self.sigma,
-            -_log_phi_curvature(z, ratio) / self.sigma**2,
-        )
+        return ratio / self.sigma, -_log_phi_curvature(z, ratio) / self.sigma**2
 
 
 class PoweredNoisyStep:
@@ -379,12 +375,12 @@ class LogisticLikelihood:
         return QuadraturePowered(self, exponent)
 
     def _log_value(self, x):
-        """``log sigma(x)`` alone (see :meth:`_log_base`)."""
+        """``log sigma(x)``, of the signed field ``x``."""
         return -np.logaddexp(0.0, -x)
 
-    def _log_base(self, x):
-        """``log sigma(x)`` and its first two derivatives in ``x``."""
-        return -np.logaddexp(0.0, -x), expit(-x), -expit(x) * expit(-x)
+    def _log_slopes(self, x):
+        """The first two derivatives of :meth:`_log_value` in ``x``."""
+        return expit(-x), -expit(x) * expit(-x)
 
 
 # Trapezoid rule of QuadraturePowered, on a uniform grid in ``u`` where the
@@ -487,11 +483,11 @@ class QuadraturePowered:
         at 0, so the mode lies in ``[0, e sd l'(x_mean)]``: Newton steps,
         kept inside the shrinking bracket by bisection.
         """
-        _, slope, _ = self.likelihood._log_base(x_mean)
+        slope, _ = self.likelihood._log_slopes(x_mean)
         low, high = np.zeros_like(x_mean), e * sd * slope
         xi = 0.5 * high
         for _ in range(100):
-            _, d1, d2 = self.likelihood._log_base(x_mean + sd * xi)
+            d1, d2 = self.likelihood._log_slopes(x_mean + sd * xi)
             gradient = -xi + e * sd * d1
             low = np.where(gradient > 0, xi, low)
             high = np.where(gradient > 0, high, xi)

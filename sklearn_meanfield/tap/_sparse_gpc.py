@@ -622,27 +622,31 @@ def _amplitude_capped(bounds, theta, kernel):
 
 class _HeldOutStart(NamedTuple):
     """Where the search of the kernel and the inducing inputs starts: the
-    rows it learns on and the held-out ones, the starting point and the
-    search's bounds."""
+    rows it learns on and the held-out ones with their weights (None when
+    unweighted), the starting point and the search's bounds."""
 
     learn: np.ndarray
     out: np.ndarray
+    w_learn: np.ndarray
+    w_out: np.ndarray
     point: np.ndarray
     bounds: np.ndarray
 
 
-def _held_out_start(best, X, t, kernel, options, inducing, Z, rng):
+def _held_out_start(best, X, t, kernel, options, inducing, Z, rng, weights):
     """The :class:`_HeldOutStart` from the fixed-input optimum ``best``: a
     stratified split drawn from ``rng``, the point ``best`` with the inputs
     ``Z``, and the bounds with every amplitude capped at its value there."""
     learn, out = validation_split(t, rng)
+    w_learn = None if weights is None else weights[learn]
+    w_out = None if weights is None else weights[out]
     point, bounds = _search_start(X, kernel, options, inducing, Z)
     head = kernel.n_dims + int(options.learns_label_noise)
     point[:head] = best.theta
     # FITC's over-fitting of the inputs inflates the amplitude: it may not
     # grow beyond its optimum at the starting inputs.
     bounds[:head] = _amplitude_capped(bounds[:head], point[:head], kernel)
-    return _HeldOutStart(learn, out, point, bounds)
+    return _HeldOutStart(learn, out, w_learn, w_out, point, bounds)
 
 
 def _report_inducing_choice(reporter, scores=None):
@@ -665,11 +669,9 @@ def _learn_inducing_points(best, X, t, kernel, options, inducing, Z, rng, report
     space (kernel, label noise, inducing inputs), the sites to warm-start
     the final solve from (None for a learned point: they are the learning
     rows' only) and whether a callback asked to stop."""
-    learn, out, start, bounds = _held_out_start(
-        best, X, t, kernel, options, inducing, Z, rng
+    learn, out, w_learn, w_out, start, bounds = _held_out_start(
+        best, X, t, kernel, options, inducing, Z, rng, weights
     )
-    w_learn = None if weights is None else weights[learn]
-    w_out = None if weights is None else weights[out]
     search = _HeldOutSearch(
         X[learn], t[learn], kernel, options, w_learn,
         reporter.task.subtask("inducing-input search", max_steps=None), theta=start,
@@ -695,13 +697,11 @@ def _learn_inducing_points_stochastic(best, X, t, kernel, options, inducing, Z, 
     says so (that EP on ``client``'s workers, as the final solve).  The
     same returns; a learned point's sites are the search's on the learning
     rows and zero on the held-out ones."""
-    learn, out, start, bounds = _held_out_start(
-        best, X, t, kernel, options, inducing, Z, rng
+    learn, out, w_learn, w_out, start, bounds = _held_out_start(
+        best, X, t, kernel, options, inducing, Z, rng, weights
     )
     seed = int(rng.randint(np.iinfo(np.int32).max))
     X_learn, t_learn = X[learn], t[learn]
-    w_learn = None if weights is None else weights[learn]
-    w_out = None if weights is None else weights[out]
     task = reporter.task.subtask("inducing-input search", max_steps=None)
     run = _stochastic_run(
         start, seed, X_learn, t_learn, kernel, options, inducing, Z, bounds,
