@@ -2,8 +2,8 @@
 
 The default kernel starts on the data's own scale (the median distance
 between the inputs), a search that ends at a kernel blind to the inputs is
-repeated from there, and a model that predicts no better than the majority
-class says so.
+repeated from there, an amplitude bound that holds the evidence back is
+lifted, and a model that predicts no better than the majority class says so.
 """
 
 import warnings
@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import pytest
 from scipy.spatial.distance import pdist
-from sklearn.datasets import load_digits, make_classification
+from sklearn.datasets import load_digits, load_iris, load_wine, make_classification
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF
 from sklearn.gaussian_process.kernels import ConstantKernel as C
@@ -20,6 +20,9 @@ from sklearn.preprocessing import StandardScaler
 
 from sklearn_meanfield import TAPGaussianProcessClassifier
 from sklearn_meanfield.tap._kernels import (
+    BINDING_AMPLITUDE_SLOPE,
+    DEFAULT_AMPLITUDE_BOUNDS,
+    LIFTED_AMPLITUDE_BOUNDS,
     data_length_scale,
     ignores_inputs,
     with_length_scale,
@@ -29,6 +32,13 @@ IGNORE_BOUNDS = "ignore:The optimal value found:sklearn.exceptions.ConvergenceWa
 IGNORE_MAJORITY = (
     "ignore:The fitted model predicts:sklearn.exceptions.ConvergenceWarning"
 )
+
+
+def _default_kernel_with_amplitude_bounds(X, bounds):
+    """The default kernel, written out, with the amplitude within ``bounds``:
+    a kernel of one's own, which no search goes beyond."""
+    ell = data_length_scale(X)
+    return C(1.0, bounds) * RBF(ell, (ell / 1e3, ell * 1e3))
 
 
 def _high_dimensional(n=300, d=100, informative=10):
@@ -195,3 +205,76 @@ def test_a_stalled_warm_start_is_solved_again_from_cold():
     # The evidence of the cold start, to the search's tolerance (the error
     # of an EP evidence is of the order of the residual's square).
     assert -value == pytest.approx(cold.value, rel=1e-4)
+
+
+@pytest.mark.filterwarnings(IGNORE_BOUNDS)
+def test_an_amplitude_bound_that_holds_the_evidence_back_is_lifted():
+    # Raw wine, class 1 against the rest: features on scales from 0.1 to
+    # 1000 (proline), which the isotropic kernel sees mostly through the
+    # widest; at the amplitude's default bound the evidence still climbs
+    # steeply, and beyond it the length scale settles longer.
+    X, y = load_wine(return_X_y=True)
+    y = y == 1
+    model = TAPGaussianProcessClassifier(random_state=0).fit(X, y)
+    capped, lifted = (
+        TAPGaussianProcessClassifier(
+            _default_kernel_with_amplitude_bounds(X, bounds), random_state=0
+        ).fit(X, y)
+        for bounds in (DEFAULT_AMPLITUDE_BOUNDS, LIFTED_AMPLITUDE_BOUNDS)
+    )
+    # The capped fit ends at the bound with the evidence climbing there.
+    amplitude = capped.kernel_.k1.constant_value
+    assert amplitude == pytest.approx(DEFAULT_AMPLITUDE_BOUNDS[1])
+    _, gradient = capped.log_marginal_likelihood(
+        capped.kernel_.theta, eval_gradient=True
+    )
+    assert gradient[0] > BINDING_AMPLITUDE_SLOPE
+    # The default fit went on to the optimum a search within the lifted
+    # bounds finds, to the optimiser's tolerance on the evidence, and its
+    # kernel carries the bounds it was fitted within.
+    assert model.kernel_.k1.constant_value > DEFAULT_AMPLITUDE_BOUNDS[1]
+    assert model.kernel_.k1.constant_value_bounds == LIFTED_AMPLITUDE_BOUNDS
+    assert model.log_marginal_likelihood_value_ == pytest.approx(
+        lifted.log_marginal_likelihood_value_, abs=1e-3
+    )
+    assert model.log_marginal_likelihood_value_ > (
+        capped.log_marginal_likelihood_value_ + 5.0
+    )
+
+
+def test_a_saturated_amplitude_stays_at_its_bound():
+    # Setosa against the rest is separable: the amplitude ends at its bound,
+    # where the saturated likelihood leaves the evidence nearly flat, and the
+    # fit is the one of the same kernel written out, bounds included.
+    X, y = load_iris(return_X_y=True)
+    y = y == 0
+    model = TAPGaussianProcessClassifier(random_state=0).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        own = TAPGaussianProcessClassifier(
+            _default_kernel_with_amplitude_bounds(X, DEFAULT_AMPLITUDE_BOUNDS),
+            random_state=0,
+        ).fit(X, y)
+    _, gradient = model.log_marginal_likelihood(model.kernel_.theta, eval_gradient=True)
+    assert 0.0 < gradient[0] < BINDING_AMPLITUDE_SLOPE
+    assert model.kernel_.k1.constant_value == pytest.approx(DEFAULT_AMPLITUDE_BOUNDS[1])
+    assert model.kernel_.k1.constant_value_bounds == DEFAULT_AMPLITUDE_BOUNDS
+    np.testing.assert_array_equal(model.kernel_.theta, own.kernel_.theta)
+    assert model.log_marginal_likelihood_value_ == own.log_marginal_likelihood_value_
+
+
+@pytest.mark.filterwarnings(IGNORE_BOUNDS)
+def test_the_multinomial_model_lifts_a_binding_amplitude_bound_too():
+    X, y = load_wine(return_X_y=True)
+    model = TAPGaussianProcessClassifier(multi_class="multinomial", random_state=0).fit(
+        X, y
+    )
+    lifted = TAPGaussianProcessClassifier(
+        _default_kernel_with_amplitude_bounds(X, LIFTED_AMPLITUDE_BOUNDS),
+        multi_class="multinomial",
+        random_state=0,
+    ).fit(X, y)
+    assert model.kernel_.k1.constant_value > DEFAULT_AMPLITUDE_BOUNDS[1]
+    assert model.log_marginal_likelihood_value_ == pytest.approx(
+        lifted.log_marginal_likelihood_value_, abs=1e-3
+    )

@@ -31,7 +31,13 @@ from .._progress import ProgressReporter
 from ._evidence import ep_evidence_gradient, ep_label_noise_gradient
 from ._fallback import ep_with_fallback
 from ._hooks import print_sweeps, sweep_steps
-from ._kernels import ignores_inputs, length_scale_outside_bounds, with_length_scale
+from ._kernels import (
+    BINDING_AMPLITUDE_SLOPE,
+    ignores_inputs,
+    length_scale_outside_bounds,
+    with_length_scale,
+    with_lifted_amplitude,
+)
 from ._likelihoods import LABEL_NOISE_BOUNDS, make_likelihood
 from ._mean_field import PriorVariance, mean_field_iteration
 from ._posterior import KernelPosterior
@@ -309,13 +315,15 @@ def _extrapolate_sites(history, theta):
 
 class _OptimizerRun(NamedTuple):
     """One optimiser run's optimum, its negative log evidence, the sites of
-    its best evaluation (a warm start for the final solve) and whether a
-    callback asked to stop (then the best point evaluated so far)."""
+    its best evaluation (a warm start for the final solve), whether a
+    callback asked to stop (then the best point evaluated so far) and the
+    log evidence's gradient at the optimum (None when not evaluated)."""
 
     theta: np.ndarray
     neg_log_evidence: float
     sites: object
     stopped: bool
+    gradient: np.ndarray = None
 
 
 def _with_max_iter(options, max_iter):
@@ -383,6 +391,8 @@ class _Search:
     tol: float = _LOOSEST_TOL
     best: float = np.inf
     sites: object = None
+    gradient: np.ndarray = None
+    """The log evidence's gradient at ``theta``, the best evaluation."""
     evaluations: int = 0
     history: list = field(default_factory=list)
     last: tuple = None
@@ -482,6 +492,7 @@ class _Search:
                 self.best = -value
                 self.theta = np.array(theta, dtype=float)
                 self.sites = [(solution.tau, solution.nu)]
+                self.gradient = gradient
             return value, gradient
         reference = self.best
         if not np.isfinite(reference):  # nothing better known yet
@@ -568,7 +579,8 @@ def _drive_search(search, initial_theta):
         # The optimiser ended elsewhere than at its best evaluation (an
         # abnormal line search): the best one is used.
         theta, value = search.theta, float(search.best)
-    return _OptimizerRun(theta, float(value), search.sites, False)
+    gradient = search.gradient if np.array_equal(theta, search.theta) else None
+    return _OptimizerRun(theta, float(value), search.sites, False, gradient)
 
 
 def _warn_at_bounds(kernel, options):
@@ -632,7 +644,9 @@ def _optimise(X, t, kernel, options, seed, n_jobs, reporter, weights):
     scale (:func:`~sklearn_meanfield.tap._kernels.with_length_scale`) and
     the larger evidence wins: from a length scale far below the distances
     between the inputs, the evidence's gradient vanishes or points towards
-    the constant model.
+    the constant model.  A default kernel held back by its amplitude's bound
+    goes on beyond it (:func:`lift_amplitude_bound`).  Returns ``(best,
+    stopped, kernel)``, the kernel whose bounds the best run kept to.
     """
     rng = np.random.RandomState(seed)
     theta0, bounds = _search_space(kernel, options)
@@ -641,12 +655,16 @@ def _optimise(X, t, kernel, options, seed, n_jobs, reporter, weights):
     for _ in range(options.n_restarts_optimizer):
         starts.append(rng.uniform(bounds[:, 0], bounds[:, 1]))
 
-    def arguments(start, task):
-        return (start, X, t, kernel, options, task, weights)
+    def arguments_for(kernel):
+        return lambda start, task: (start, X, t, kernel, options, task, weights)
 
+    arguments = arguments_for(kernel)
     best, stopped = best_optimiser_run(starts, arguments, n_jobs, reporter)
-    return retry_blind_kernel(
+    best, stopped = retry_blind_kernel(
         best, stopped, theta0, kernel, X, weights, arguments, n_jobs, reporter
+    )
+    return lift_amplitude_bound(
+        best, stopped, kernel, options, arguments_for, n_jobs, reporter
     )
 
 
@@ -684,6 +702,43 @@ def retry_blind_kernel(
             ConvergenceWarning,
         )
     return best, stopped
+
+
+def lift_amplitude_bound(
+    best, stopped, kernel, options, arguments_for, n_jobs, reporter
+):
+    """The best run, or its continuation to a higher amplitude if better,
+    with the kernel it belongs to.
+
+    For the default kernel only (:func:`~._kernels.default_kernel`, whose
+    first log-hyperparameter is the amplitude): when the best run ends at
+    the amplitude's upper bound with the log evidence still climbing there
+    faster than :data:`~._kernels.BINDING_AMPLITUDE_SLOPE`, one more run
+    continues from its optimum within
+    :data:`~._kernels.LIFTED_AMPLITUDE_BOUNDS`, and the larger evidence
+    wins.  ``arguments_for(kernel)`` gives the ``run_arguments`` of
+    :func:`best_optimiser_run` for a kernel.  Returns ``(best, stopped,
+    kernel)``.
+    """
+    if stopped or not options.default_kernel or best.gradient is None:
+        return best, stopped, kernel
+    high = np.log(kernel.k1.constant_value_bounds[1])
+    if best.theta[0] < high - 1e-6 or best.gradient[0] <= BINDING_AMPLITUDE_SLOPE:
+        return best, stopped, kernel
+    lifted = with_lifted_amplitude(kernel)
+    reporter(
+        1,
+        "the evidence climbs at the amplitude's bound (%.3g per e-fold): one "
+        "more run with the bound at %.3g",
+        best.gradient[0],
+        lifted.k1.constant_value_bounds[1],
+    )
+    run, stopped = best_optimiser_run(
+        [best.theta], arguments_for(lifted), n_jobs, reporter
+    )
+    if run.neg_log_evidence < best.neg_log_evidence:
+        return run, stopped, lifted
+    return best, stopped, kernel
 
 
 def check_restart_bounds(options, bounds):
@@ -737,7 +792,7 @@ def fit_binary(X, t, kernel, options, seed, n_jobs, task=None, weights=None):
         if options.optimizer is not None and (
             kernel.n_dims > 0 or options.learns_label_noise
         ):
-            best, stopped = _optimise(
+            best, stopped, kernel = _optimise(
                 X, t, kernel, options, seed, n_jobs, reporter, weights
             )
             kernel, options = _at(best.theta, kernel, options)
