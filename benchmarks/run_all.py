@@ -5,7 +5,8 @@ Usage (from the repository root)::
     python -m benchmarks            # full mode, writes benchmarks/RESULTS.md
     python -m benchmarks --quick    # every script's --quick mode
     python -m benchmarks --only tap_gpc hmc --output /tmp/results.md
-    python -m benchmarks --only tap_gpc --merge   # re-run one, keep the others
+    python -m benchmarks --only tap_gpc --merge   # re-run some, keep the others
+    python -m benchmarks --only bench_tap_gpc --merge   # that script alone
 
 Each script runs in its own process (``python -u script [--quick]``), one after
 the other, so that no two benchmarks compete for the cores; the scripts print
@@ -42,10 +43,17 @@ LIBRARIES = ("numpy", "scipy", "scikit-learn", "joblib", "threadpoolctl")
 
 
 def discover(only=None):
-    """The benchmark scripts, sorted by name, optionally filtered by substrings."""
+    """The benchmark scripts, sorted by name, optionally filtered: a word
+    that is a script's name (``bench_tap_gpc``) selects that script alone,
+    any other word every script whose name contains it (``tap_gpc``)."""
     scripts = sorted(HERE.glob("bench_*.py"))
     if only:
-        scripts = [s for s in scripts if any(word in s.stem for word in only)]
+        stems = {s.stem for s in scripts}
+
+        def selects(word, script):
+            return word == script.stem if word in stems else word in script.stem
+
+        scripts = [s for s in scripts if any(selects(w, s) for w in only)]
     return scripts
 
 
@@ -304,7 +312,10 @@ def main(argv=None):
         "--quick", action="store_true", help="run every script in its quick mode"
     )
     parser.add_argument(
-        "--only", nargs="+", metavar="WORD", help="scripts whose name contains WORD"
+        "--only",
+        nargs="+",
+        metavar="WORD",
+        help="scripts whose name contains WORD (a whole script name: that one)",
     )
     parser.add_argument(
         "--timeout",
