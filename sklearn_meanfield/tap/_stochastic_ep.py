@@ -356,6 +356,91 @@ def _label_noise_gradient(sites, t_b):
     return float(np.sum(per_copy / sites.site_power))
 
 
+def _epoch_budget(n, batch_size, max_epochs):
+    """The epochs a search may run: ``MAX_EPOCHS``, or enough for
+    ``MAX_STEPS`` minibatch steps on small data, and at most ``max_epochs``
+    (None: no more limit)."""
+    n_batches = -(-n // batch_size)
+    budget = max(MAX_EPOCHS, -(-MAX_STEPS // n_batches))
+    return n_batches, budget if max_epochs is None else min(budget, max_epochs)
+
+
+def _all_rows_information(X, kernel, Z, chol_mm, tau, nu, batch_size):
+    """Every row's sites summed, in the coordinates of the inducing values."""
+    precision, shift = site_statistics(X, kernel, Z, chol_mm, tau, nu, batch_size)
+    return _to_inducing_values(chol_mm, precision, shift)
+
+
+def _update_minibatch(U_b, d_b, tau_b, nu_b, t_b, w_b, likelihood, chol_mm,
+                      information, damping):  # fmt: skip
+    """EP's update of a minibatch's sites against ``information``, the sum
+    of every row's sites (in inducing-value coordinates).
+
+    Returns the new sites, the whitened precision and shift with the
+    minibatch's terms replaced, and the factor and mean of ``q`` they give.
+    Raises LinAlgError when the rows' terms no longer make a proper ``q``.
+    """
+    precision, shift = _to_whitened(chol_mm, *information)
+    chol_A, mean_w, _ = combine_site_statistics(precision, shift, 0.0)
+    sites = minibatch_site_update(
+        U_b, d_b, tau_b, nu_b, t_b, w_b, likelihood, chol_A, mean_w, damping
+    )
+    _, g_old, h_old = _effective_sites(d_b, tau_b, nu_b)
+    _, g_new, h_new = _effective_sites(d_b, sites.tau, sites.nu)
+    precision = precision + _weighted_gram(U_b, g_new - g_old)
+    shift = shift + U_b.T @ (h_new - h_old)
+    chol_A, mean_w, _ = combine_site_statistics(precision, shift, 0.0)
+    return sites, precision, shift, chol_A, mean_w
+
+
+def _search_gradient(block, sites, t_b, chol_A, mean_w, chol_mm, kernel, Z,
+                     likelihood, scale, learns_label_noise,
+                     learns_inducing):  # fmt: skip
+    """The minibatch's estimate of the evidence's gradient over the search
+    space: kernel, then label noise and inducing inputs when learned."""
+    theta_gradient, Z_gradient = minibatch_gradient(
+        block, sites.tau, sites.nu, chol_A, mean_w, chol_mm, kernel, Z, scale,
+        learns_inducing,
+    )  # fmt: skip
+    gradient = [theta_gradient]
+    if learns_label_noise:
+        kappa = likelihood.label_noise
+        gradient.append([scale * kappa * _label_noise_gradient(sites, t_b)])
+    if learns_inducing:
+        gradient.append(Z_gradient.ravel())
+    return np.concatenate(gradient)
+
+
+class _Window:
+    """The steps of a window of epochs: the sum of their points and of their
+    gradients (in the coordinates' units) and of the gradients' squares."""
+
+    def __init__(self, n_params):
+        self.point_sum = np.zeros(n_params)
+        self.gradient_sum = np.zeros(n_params)
+        self.gradient_squares = np.zeros(n_params)
+        self.steps = 0
+
+    def add(self, point, gradient):
+        self.gradient_sum += gradient
+        self.gradient_squares += gradient**2
+        self.point_sum += point
+        self.steps += 1
+
+    def close(self, mean_point, scales):
+        """The window's mean point, how far it moved from the last window's
+        ``mean_point`` (root mean square, in units) and the significance of
+        its gradients."""
+        moved = np.inf
+        if mean_point is not None:
+            move = (self.point_sum / self.steps - mean_point) / scales
+            moved = float(np.sqrt(np.mean(move**2)))
+        significance = _gradient_significance(
+            self.gradient_sum, self.gradient_squares, self.steps
+        )
+        return self.point_sum / self.steps, moved, significance
+
+
 def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, damping,
                       learns_label_noise, learns_inducing, seed, task=None,
                       printer=None, batch_size=BATCH_SIZE,
@@ -409,19 +494,15 @@ def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, dampi
     m = len(at(point)[2])
     information = np.zeros((m, m)), np.zeros(m)  # zero sites: no statistics
     refreshed_at = point.copy()
-    n_batches = -(-n // batch_size)
-    budget = max(MAX_EPOCHS, -(-MAX_STEPS // n_batches))
-    max_epochs = budget if max_epochs is None else min(budget, max_epochs)
-    point_sum, steps = np.zeros_like(point), 0
-    gradient_sum, gradient_squares = np.zeros_like(point), np.zeros_like(point)
+    n_batches, max_epochs = _epoch_budget(n, batch_size, max_epochs)
+    window = _Window(len(point))
     for epoch in range(max_epochs):
         kernel, likelihood, Z = at(point)
         chol_mm, _ = inducing_cholesky(kernel(Z), jitter)
         if np.max(np.abs(point - refreshed_at) / scales) > REFRESH_MOVE:
-            precision, shift = site_statistics(
+            information = _all_rows_information(
                 X, kernel, Z, chol_mm, tau, nu, batch_size
             )
-            information = _to_inducing_values(chol_mm, precision, shift)
             refreshed_at = point.copy()
         for rows in np.array_split(rng.permutation(n), n_batches):
             rows = np.sort(rows)
@@ -432,67 +513,43 @@ def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, dampi
             w_b = None if weights is None else weights[rows]
             U_b, d_b = whiten_block(kernel(X_b, Z), kernel.diag(X_b), chol_mm)
             try:
-                precision, shift = _to_whitened(chol_mm, *information)
-                chol_A, mean_w, _ = combine_site_statistics(precision, shift, 0.0)
-                sites = minibatch_site_update(
-                    U_b, d_b, tau[rows], nu[rows], t_b, w_b, likelihood, chol_A,
-                    mean_w, damping,
+                sites, precision, shift, chol_A, mean_w = _update_minibatch(
+                    U_b, d_b, tau[rows], nu[rows], t_b, w_b, likelihood, chol_mm,
+                    information, damping,
                 )  # fmt: skip
-                _, g_old, h_old = _effective_sites(d_b, tau[rows], nu[rows])
-                _, g_new, h_new = _effective_sites(d_b, sites.tau, sites.nu)
-                precision = precision + _weighted_gram(U_b, g_new - g_old)
-                shift = shift + U_b.T @ (h_new - h_old)
-                chol_A, mean_w, _ = combine_site_statistics(precision, shift, 0.0)
             except LinAlgError:
                 # The rows' terms from older hyperparameters no longer match
                 # (improper q): recompute every row's term here.
-                precision, shift = site_statistics(
+                information = _all_rows_information(
                     X, kernel, Z, chol_mm, tau, nu, batch_size
                 )
-                information = _to_inducing_values(chol_mm, precision, shift)
                 refreshed_at = point.copy()
                 continue
             information = _to_inducing_values(chol_mm, precision, shift)
             tau[rows], nu[rows] = sites.tau, sites.nu
             if epoch == 0:
                 continue
-            scale = n / len(rows)
-            theta_gradient, Z_gradient = minibatch_gradient(
-                RowBlock(U_b, d_b, X_b), sites.tau, sites.nu, chol_A, mean_w,
-                chol_mm, kernel, Z, scale, learns_inducing,
+            gradient = _search_gradient(
+                RowBlock(U_b, d_b, X_b), sites, t_b, chol_A, mean_w, chol_mm,
+                kernel, Z, likelihood, n / len(rows), learns_label_noise,
+                learns_inducing,
             )  # fmt: skip
-            gradient = [theta_gradient]
-            if learns_label_noise:
-                kappa = likelihood.label_noise
-                gradient.append([scale * kappa * _label_noise_gradient(sites, t_b)])
-            if learns_inducing:
-                gradient.append(Z_gradient.ravel())
-            gradient = np.concatenate(gradient)
             if not np.all(np.isfinite(gradient)):
                 continue
             point = np.clip(adam.step(point, gradient), bounds[:, 0], bounds[:, 1])
-            in_units = gradient * scales
-            gradient_sum += in_units
-            gradient_squares += in_units**2
-            point_sum += point
-            steps += 1
+            window.add(point, gradient * scales)
             if task is not None and task.step("minibatch"):
                 stopped = True
                 break
-        if steps >= MIN_WINDOW_STEPS:  # a window of epochs ends
-            moved = np.inf
-            if mean_point is not None:
-                move = (point_sum / steps - mean_point) / scales
-                moved = float(np.sqrt(np.mean(move**2)))
-            mean_point = point_sum / steps
-            significance = _gradient_significance(gradient_sum, gradient_squares, steps)
+        if window.steps >= MIN_WINDOW_STEPS:  # a window of epochs ends
+            mean_point, moved, significance = window.close(mean_point, scales)
             if printer is not None:
                 printer(
                     1,
                     "stochastic EP epoch %d: %d steps, window mean moved %.3g, "
                     "gradient significance %.3g, exp of its first coordinates [%s]",
                     epoch + 1,
-                    steps,
+                    window.steps,
                     moved,
                     significance,
                     ", ".join(f"{x:.4g}" for x in np.exp(mean_point[:4])),
@@ -503,8 +560,7 @@ def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, dampi
                 # The steps follow the minibatches' noise: smaller ones
                 # bring the mean point to rest.
                 adam.learning_rate *= 0.5
-            point_sum, steps = np.zeros_like(point), 0
-            gradient_sum, gradient_squares = np.zeros_like(point), np.zeros_like(point)
+            window = _Window(len(point))
         if stopped or converged:
             break
     final = point if mean_point is None else mean_point
