@@ -20,7 +20,7 @@ report is rewritten after every script, so an interrupted run still leaves the
 finished sections; a script that exceeds ``--timeout`` is stopped and its
 output so far is kept.  The report ends with its data as JSON in an HTML
 comment, so that ``--merge`` can re-run some scripts and keep the sections of
-the others.
+the others (and of those it has not reached yet when it is interrupted).
 """
 
 import argparse
@@ -337,9 +337,9 @@ def main(argv=None):
         parser.error("no benchmark script matches")
     started = _now()
     machine_rows, loaded = machine()
-    names = {script.name for script in scripts}
-    kept = load_previous(args.output, args.quick) if args.merge else []
-    kept = [r for r in kept if r["script"] not in names]
+    # With --merge, a script's earlier section stays until its new one is
+    # written, so that an interrupted run loses nothing.
+    previous = load_previous(args.output, args.quick) if args.merge else []
     results = []
     for script in scripts:
         estimator, summary = describe(script)
@@ -351,6 +351,8 @@ def main(argv=None):
             summary=" ".join(summary.split()),
         )
         results.append(result)
+        done = {r["script"] for r in results}
+        kept = [r for r in previous if r["script"] not in done]
         ordered = sorted(kept + results, key=lambda r: r["script"])
         print(
             f"[benchmarks] {script.name}: {result['status']}, "
