@@ -173,9 +173,9 @@ class TAPGaussianProcessClassifier(
         Convergence tolerance on the posterior marginals (in posterior
         standard deviations); the multinomial model's, on its inner
         factors' updates (in their directions' standard deviations).  The
-        final solve then goes on to 1e-9, a few sweeps more (about half again
-        a fixed-kernel fit's time), so that fits of one model agree to 1e-7:
-        weighted rows and their repeats, any order of the rows.
+        final solve then goes on to 1e-9, a few sweeps more (a fit with the
+        kernel fixed takes up to twice as long for it), so that fits of one
+        model agree to 1e-7: weighted rows and their repeats, any row order.
     damping : float in (0, 1], default=0.8
         Initial fraction of each parallel site update that is taken; reduced
         automatically when the updates oscillate.
