@@ -261,20 +261,3 @@ def test_a_saturated_amplitude_stays_at_its_bound():
     assert model.kernel_.k1.constant_value_bounds == DEFAULT_AMPLITUDE_BOUNDS
     np.testing.assert_array_equal(model.kernel_.theta, own.kernel_.theta)
     assert model.log_marginal_likelihood_value_ == own.log_marginal_likelihood_value_
-
-
-@pytest.mark.filterwarnings(IGNORE_BOUNDS)
-def test_the_multinomial_model_lifts_a_binding_amplitude_bound_too():
-    X, y = load_wine(return_X_y=True)
-    model = TAPGaussianProcessClassifier(multi_class="multinomial", random_state=0).fit(
-        X, y
-    )
-    lifted = TAPGaussianProcessClassifier(
-        _default_kernel_with_amplitude_bounds(X, LIFTED_AMPLITUDE_BOUNDS),
-        multi_class="multinomial",
-        random_state=0,
-    ).fit(X, y)
-    assert model.kernel_.k1.constant_value > DEFAULT_AMPLITUDE_BOUNDS[1]
-    assert model.log_marginal_likelihood_value_ == pytest.approx(
-        lifted.log_marginal_likelihood_value_, abs=1e-3
-    )

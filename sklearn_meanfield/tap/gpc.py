@@ -129,11 +129,11 @@ class TAPGaussianProcessClassifier(
         Any :mod:`sklearn.gaussian_process.kernels` kernel except a
         ``CompoundKernel``.  None means ``ConstantKernel(1.0, (1e-5, 1e3)) *
         RBF(ell)``, ``ell`` the median distance between the training inputs,
-        free within a factor 1000 of it: a start on the data's scale; its
-        amplitude goes on up to 1e5 when the evidence still climbs steeply at
-        1e3.  The hyperparameters are optimised unless ``optimizer=None``; a
-        run that ends at a constant kernel is repeated from the data's length
-        scale.
+        free within a factor 1000 of it: a start on the data's scale; a
+        binary problem's amplitude goes on up to 1e5 when its evidence still
+        climbs steeply at 1e3.  The hyperparameters are optimised unless
+        ``optimizer=None``; a run that ends at a constant kernel is repeated
+        from the data's length scale.
     likelihood : {"probit", "step", "logistic"}, default="probit"
         ``"step"``: ``label_noise + (1 - 2 label_noise) Theta(y h)``, the
         paper's model; ``"probit"``: the step with ``Phi(y h)``, i.e. unit
