@@ -645,7 +645,7 @@ def _optimise(X, t, kernel, options, seed, n_jobs, reporter, weights):
     the larger evidence wins: from a length scale far below the distances
     between the inputs, the evidence's gradient vanishes or points towards
     the constant model.  A default kernel held back by its amplitude's bound
-    goes on beyond it (:func:`lift_amplitude_bound`).  Returns ``(best,
+    goes on beyond it (:func:`_lift_amplitude_bound`).  Returns ``(best,
     stopped, kernel)``, the kernel whose bounds the best run kept to.
     """
     rng = np.random.RandomState(seed)
@@ -663,7 +663,7 @@ def _optimise(X, t, kernel, options, seed, n_jobs, reporter, weights):
     best, stopped = retry_blind_kernel(
         best, stopped, theta0, kernel, X, weights, arguments, n_jobs, reporter
     )
-    return lift_amplitude_bound(
+    return _lift_amplitude_bound(
         best, stopped, kernel, options, arguments_for, n_jobs, reporter
     )
 
@@ -704,7 +704,7 @@ def retry_blind_kernel(
     return best, stopped
 
 
-def lift_amplitude_bound(
+def _lift_amplitude_bound(
     best, stopped, kernel, options, arguments_for, n_jobs, reporter
 ):
     """The best run, or its continuation to a higher amplitude if better,

@@ -357,9 +357,9 @@ def _label_noise_gradient(sites, t_b):
 
 
 def _epoch_budget(n, batch_size, max_epochs):
-    """The epochs a search may run: ``MAX_EPOCHS``, or enough for
-    ``MAX_STEPS`` minibatch steps on small data, and at most ``max_epochs``
-    (None: no more limit)."""
+    """The minibatches of an epoch, and the epochs a search may run:
+    ``MAX_EPOCHS``, or enough for ``MAX_STEPS`` minibatch steps on small
+    data, and at most ``max_epochs`` (None: no more limit)."""
     n_batches = -(-n // batch_size)
     budget = max(MAX_EPOCHS, -(-MAX_STEPS // n_batches))
     return n_batches, budget if max_epochs is None else min(budget, max_epochs)
