@@ -192,21 +192,18 @@ def digits():
     return (X > 7).astype(float)
 
 
-# Models trained on binarised 8 x 8 digits (learning rate 0.1, 15 epochs) and
-# the error of log Z (exact - estimate): single Bethe solution from cold
-# messages, the estimator's own (persistent messages) and the multi-state
-# loop-corrected estimate from 20 model seeds.  BernoulliRBM trains to the
-# same model whatever numpy's SIMD dispatch; BetheRBM does not: numpy's
-# AVX-512 exp/log/tanh round differently in the last bit and its 15 epochs of
-# message passing end at another model, so its rows give both numerics:
-# AVX2 (an AVX2 machine, or NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL
-# AVX512_SPR" on an AVX-512 one) and AVX-512.
+# Models trained on binarised 8 x 8 digits (learning rate 0.1, 15 epochs).
+# BernoulliRBM trains to the same model whatever the SIMD dispatch; BetheRBM
+# does not: a last-bit difference of numpy's exp/log/tanh (AVX2 against
+# AVX-512) grows over 15 epochs of message passing into another model, whose
+# single Bethe solution is 0.3 to 1.9 nat off log Z depending on the machine.
+# The bounds below therefore ask for a share of the single solution's error to
+# go, not for the fixed points of one particular model.
 _TRAINED = [
-    # (class, hidden units, seed): cold, own, multi-state
-    (BernoulliRBM, 10, 1),  # 0.338, -, 0.165
-    (BetheRBM, 10, 1),  # AVX2 1.825, 1.825, 0.221; AVX-512 1.233, 1.233, 0.213
-    (BernoulliRBM, 14, 1),  # 0.282, -, 0.077
-    (BetheRBM, 14, 1),  # AVX2 1.210, 2.054, -0.281; AVX-512 0.690, 0.690, 0.423
+    (BernoulliRBM, 10, 1),
+    (BetheRBM, 10, 1),
+    (BernoulliRBM, 14, 1),
+    (BetheRBM, 14, 1),
 ]
 
 
@@ -246,12 +243,9 @@ def test_multistate_estimate_of_trained_digits_models(digits, cls, n_hidden, see
     assert single[0] <= result.log_z_bethe + 1e-9 < result.log_z
 
 
-# Trained models whose single Bethe solution is about a nat off log Z (class,
-# hidden units, seed).  Training carries a last-bit difference of the kernels
-# into the weights, and which fixed points the multi-state estimate finds
-# depends on them; so the bounds below ask for half of the single solution's
-# error to go, not for the fixed points of one particular model.
-_CLAMPED = [(BernoulliRBM, 14, 0), (BetheRBM, 10, 0)]
+# Trained models whose single Bethe solution is half a nat or more off log Z
+# (class, hidden units, seed), on AVX2 and AVX-512 numerics alike.
+_CLAMPED = [(BernoulliRBM, 14, 0), (BetheRBM, 10, 1)]
 
 
 @pytest.mark.parametrize("cls, n_hidden, seed", _CLAMPED)
