@@ -186,7 +186,7 @@ class TAPGaussianProcessClassifier(
         as :class:`sklearn.svm.SVC` does.  ``"multinomial"``: one model, a
         latent function per class with a shared kernel and the multinomial
         probit likelihood, by nested EP: better-calibrated probabilities for
-        1.6 to 3.3 times one-vs-rest's time; exact mode, probit only.  See
+        two to four times one-vs-rest's time; exact mode, probit only.  See
         :ref:`the user guide <multinomial_gpc>`.
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes, multiplying ``sample_weight`` (see
