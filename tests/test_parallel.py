@@ -226,8 +226,8 @@ def _warn_and_square(value):
 
 @pytest.mark.parametrize("backend", ["sequential", "threading", "loky"])
 def test_warnings_of_worker_processes_reach_the_caller(backend):
-    # A process-based worker's warnings used to be printed on its stderr,
-    # out of reach of the caller's filters; they are relayed, in task order.
+    # A process-based worker's own warnings go to its stderr, out of reach of
+    # the caller's filters; run_parallel relays them, in task order.
     with parallel_config(backend=backend, n_jobs=2):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
