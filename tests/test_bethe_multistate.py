@@ -200,6 +200,7 @@ def digits():
 # The bounds below therefore ask for a share of the single solution's error to
 # go, not for the fixed points of one particular model.
 _TRAINED = [
+    # (class, hidden units, seed)
     (BernoulliRBM, 10, 1),
     (BetheRBM, 10, 1),
     (BernoulliRBM, 14, 1),
