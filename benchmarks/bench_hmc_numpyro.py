@@ -71,9 +71,8 @@ from sklearn_meanfield.hmc._network import (  # noqa: E402
 
 N_CORES = 2
 PREDICT_ROWS = 250  # test rows per predict_draws call (bounds its memory)
-# friedman1 sizes of the full mode.  Up to 2000 rows the whole script runs in
-# about 25 minutes on 2 cores; 5000 rows (``--sizes 5000``) take NumPyro's
-# NUTS alone over 10 minutes more.
+# friedman1 sizes of the full mode.  Up to 2000 rows the whole script ran in
+# 21 minutes on 2 cores; adding 5000 rows (``--sizes 5000``) took it past 30.
 FULL_SIZES = [200, 500, 1000, 2000]
 
 try:
