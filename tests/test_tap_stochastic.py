@@ -31,10 +31,14 @@ from sklearn_meanfield.tap._sparse import (
     whiten_block,
 )
 from sklearn_meanfield.tap._stochastic_ep import (
+    INDUCING_EPOCH_MOVE,
+    LEARNING_RATE,
+    VALIDATION_WINDOWS,
     _label_noise_gradient,
     minibatch_gradient,
     minibatch_site_update,
     site_statistics,
+    stochastic_search,
 )
 from sklearn_meanfield.tap.gpc import TAPGaussianProcessClassifier
 
@@ -390,3 +394,104 @@ def test_stochastic_learned_inducing_inputs_on_dask_row_blocks(monkeypatch):
     ):
         remote = _learned_inputs(X, y, monkeypatch, gain=True)
     assert_same_sparse_model(remote, local, X)
+
+
+# The stochastic search of the kernel and the inducing inputs together:
+# Adam's step for the inputs shrinks with the minibatches an epoch has, and a
+# held-out score of q ends the search and picks its point.
+
+
+def _search_problem(n=400, m=10, seed=21):
+    """Rows, labels, kernel, likelihood, starting inducing inputs and the
+    search space (the kernel's log-hyperparameters, then the inputs):
+    ``at``, the start and the bounds."""
+    X, t = _data(n, seed)
+    Z = X[:m].copy()
+    kernel = C(1.0) * RBF(1.0)
+    likelihood = make_likelihood("probit", 0.0)
+
+    def at(point):
+        theta, inputs = point[: kernel.n_dims], point[kernel.n_dims :]
+        return kernel.clone_with_theta(theta), likelihood, inputs.reshape(Z.shape)
+
+    start = np.r_[kernel.theta, Z.ravel()]
+    bounds = np.c_[np.full(len(start), -50.0), np.full(len(start), 50.0)]
+    return X, t, kernel, likelihood, Z, at, start, bounds
+
+
+class _StopAfter:
+    """A callback task asking the search to stop after ``steps`` steps."""
+
+    def __init__(self, steps):
+        self.steps = steps
+
+    def step(self, name):
+        self.steps -= 1
+        return self.steps <= 0
+
+
+def test_the_inducing_inputs_first_step_is_their_share_of_an_epochs_move():
+    # Adam's first step moves every coordinate by its learning rate: the
+    # log-hyperparameters by LEARNING_RATE, the inducing inputs by their unit
+    # times INDUCING_EPOCH_MOVE / (minibatches an epoch) when that is less.
+    X, t, kernel, _, Z, at, start, bounds = _search_problem()
+    scales = np.r_[np.ones(kernel.n_dims), np.full(Z.size, 2.0)]
+    n_batches = 40  # 400 rows, 10 a minibatch
+    input_step = 2.0 * min(LEARNING_RATE, INDUCING_EPOCH_MOVE / n_batches)
+    assert input_step < 2.0 * LEARNING_RATE
+    run = stochastic_search(
+        start, bounds, scales, at, X, t, None, jitter=1e-8, damping=0.5,
+        learns_label_noise=False, learns_inducing=True, seed=0,
+        task=_StopAfter(1), batch_size=10,
+    )  # fmt: skip
+    assert run.stopped
+    move = np.abs(run.point - start)
+    np.testing.assert_allclose(move[: kernel.n_dims], LEARNING_RATE, rtol=1e-6)
+    assert np.all(move[kernel.n_dims :] <= input_step * (1 + 1e-12))
+    assert np.max(move[kernel.n_dims :]) == pytest.approx(input_step, rel=1e-6)
+
+
+def test_a_validated_search_keeps_its_lowest_scored_point_and_ends_on_patience():
+    X, t, kernel, likelihood, Z, at, start, bounds = _search_problem()
+    reference = expectation_propagation(
+        FITCPosterior.from_kernel(kernel, X, Z), t, likelihood, tol=1e-10
+    )
+    scores = iter([3.0, 2.0, 5.0, 2.5, 4.0, 6.0, 7.0] + [1.0] * 50)
+    held = []
+
+    def validation(kernel_at, likelihood_at, Z_at, chol_mm, chol_A, mean_w):
+        held.append(np.r_[kernel_at.theta, Z_at.ravel()])
+        return next(scores)
+
+    # 20 minibatches of 20 rows: every epoch is a window.
+    run = stochastic_search(
+        start, bounds, np.ones(len(start)), at, X, t, None, jitter=1e-8,
+        damping=0.5, learns_label_noise=False, learns_inducing=True, seed=0,
+        batch_size=20, sites=(reference.tau, reference.nu), validation=validation,
+    )  # fmt: skip
+    # The lowest score comes second, then VALIDATION_WINDOWS windows without
+    # a lower one end the search; given converged sites, the first epoch
+    # already steps.
+    assert len(held) == 2 + VALIDATION_WINDOWS
+    assert run.converged and not run.stopped
+    assert run.epochs == len(held)
+    np.testing.assert_allclose(run.point, held[1], rtol=1e-13, atol=1e-15)
+    assert not np.allclose(held[1], held[-1])
+
+
+def test_brier_scores_of_q_equal_the_solutions_held_out_losses():
+    # The stochastic search scores its q with the prediction formula of a
+    # full-batch solution: given that solution's q, the same numbers.
+    from sklearn_meanfield.tap._sparse_gpc import brier_scores, held_out_losses
+
+    X, t, kernel, likelihood, Z, _, _, _ = _search_problem()
+    X_out, t_out = _data(150, 22)
+    posterior = FITCPosterior.from_kernel(kernel, X, Z)
+    solution = expectation_propagation(posterior, t, likelihood, tol=1e-10)
+    expected = held_out_losses(solution, kernel, likelihood, Z, X_out, t_out)
+    q = solution.posterior
+    got = brier_scores(
+        kernel, likelihood, Z, posterior.chol_mm, q.chol_A, q.mean_w, X_out, t_out
+    )
+    assert np.ptp(expected) > 0.1
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-14)

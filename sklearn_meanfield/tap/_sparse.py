@@ -788,8 +788,12 @@ def _gradient_task(block, tau_b, nu_b, mean_w, A_inv, chol_mm, kernel, Z, induci
     G_nm, g_nn, statistic = block_adjoints(
         block.U, block.d, tau_b, nu_b, mean_w, A_inv, chol_mm
     )
-    theta = _rows_kernel_gradient(G_nm, g_nn, kernel, block.X, Z)
-    Z_part = _rows_inducing_gradient(G_nm, kernel, block.X, Z) if inducing else None
+    # For the RBF kernels both contractions take W = G_nm * K_nm: one K_nm.
+    W = _rbf_weights(G_nm, kernel, block.X, Z)
+    theta = _rows_kernel_gradient(G_nm, g_nn, kernel, block.X, Z, rbf_weights=W)
+    Z_part = None
+    if inducing:
+        Z_part = _rows_inducing_gradient(G_nm, kernel, block.X, Z, rbf_weights=W)
     return theta, Z_part, statistic
 
 
@@ -1146,16 +1150,18 @@ def add_inducing_share(theta, Z_gradient, inner, chol_mm, kernel, Z):
     return theta, Z_gradient
 
 
-def _rows_kernel_gradient(G_nm, g_nn, kernel, X, Z, block_size=None):
+def _rows_kernel_gradient(G_nm, g_nn, kernel, X, Z, block_size=None, rbf_weights=None):
     """The rows' share of the gradient in ``kernel.theta``: ``G_nm`` and
     ``g_nn`` contracted with the derivatives of ``K_nm`` and the prior
     variances, in sub-blocks of ``block_size`` rows (None: about 8 MiB of
     derivatives; ``m`` rows for the stacked inputs of kernels without
-    closed-form derivatives)."""
+    closed-form derivatives).  ``rbf_weights``: :func:`_rbf_weights`' ``W``
+    when already computed."""
     m = len(Z)
     parts = _rbf_parts(kernel)
     if parts is not None:  # the common case, by matrix products
-        return _rbf_rows_theta_gradient(parts, G_nm, g_nn, kernel, X, Z)
+        W = rbf_weights if rbf_weights is not None else G_nm * kernel(X, Z)
+        return _rbf_rows_theta_gradient(parts, W, g_nn, kernel, X, Z)
     gradient = np.zeros(kernel.n_dims)
     try:
         _theta_gradient(kernel, Z[:1], Z[:1])
@@ -1334,12 +1340,13 @@ def _inducing_mm_gradient(G_mm, kernel, Z):
     return 2.0 * np.einsum("jl,jlk->jk", G_mm, K_mm_dZ)
 
 
-def _rows_inducing_gradient(G_nm, kernel, X, Z, block_size=None):
+def _rows_inducing_gradient(G_nm, kernel, X, Z, block_size=None, rbf_weights=None):
     """The rows' share (``K_nm``'s) of the gradient in ``Z``, in sub-blocks
-    of ``block_size`` rows (None: ``m``)."""
+    of ``block_size`` rows (None: ``m``); ``rbf_weights`` as for
+    :func:`_rows_kernel_gradient`."""
     parts = _rbf_parts(kernel)
     if parts is not None:  # the common case, by matrix products
-        W = G_nm * kernel(X, Z)
+        W = rbf_weights if rbf_weights is not None else G_nm * kernel(X, Z)
         length = np.asarray(parts[1].length_scale, dtype=float)
         return (W.T @ X - np.sum(W, axis=0)[:, None] * Z) / length**2
     gradient = np.zeros(np.shape(Z))
@@ -1373,7 +1380,12 @@ def _rbf_parts(kernel):
     return None
 
 
-def _rbf_rows_theta_gradient(parts, G_nm, g_nn, kernel, X, Z):
+def _rbf_weights(G_nm, kernel, X, Z):
+    """``W = G_nm * K_nm`` for the kernels of :func:`_rbf_parts`, else None."""
+    return None if _rbf_parts(kernel) is None else G_nm * kernel(X, Z)
+
+
+def _rbf_rows_theta_gradient(parts, W, g_nn, kernel, X, Z):
     """:func:`_rows_kernel_gradient` for the kernels of :func:`_rbf_parts`.
 
     With ``W = G_nm * K_nm``: ``d/d log c`` is ``sum W + g_nn . k(x, x)``
@@ -1381,7 +1393,6 @@ def _rbf_rows_theta_gradient(parts, G_nm, g_nn, kernel, X, Z):
     into ``(W 1) . x_k^2 - 2 x_k . (W z_k) + (1^T W) . z_k^2``.
     """
     constant, rbf, constant_first = parts
-    W = G_nm * kernel(X, Z)
     columns = {}
     if constant is not None and not constant.hyperparameter_constant_value.fixed:
         columns["constant"] = [np.sum(W) + g_nn @ kernel.diag(X)]

@@ -75,10 +75,15 @@ from ._sparse import (
     DaskBlocks,
     FITCPosterior,
     LocalBlocks,
+    _blocks,
+    block_marginals,
+    combine_site_statistics,
     fitc_search_gradient,
+    inducing_cholesky,
+    whiten_block,
 )
 from ._sparse import _block_size as _default_block_size
-from ._stochastic_ep import stochastic_search
+from ._stochastic_ep import site_statistics, stochastic_search
 
 __all__ = [
     "KMEANS_EXACT_MAX_SAMPLES",
@@ -502,6 +507,17 @@ def held_out_losses(solution, kernel, likelihood, Z, X, t):
     return (1.0 - np.where(t > 0, positive, 1.0 - positive)) ** 2
 
 
+def brier_scores(kernel, likelihood, Z, chol_mm, chol_A, mean_w, X, t):
+    """:func:`held_out_losses` under the posterior ``N(mean_w, (chol_A
+    chol_A^T)^-1)`` of the whitened inducing values (a stochastic search's
+    ``q``), without a solution."""
+    U, d = whiten_block(kernel(X, Z), kernel.diag(X), chol_mm)
+    zero = np.zeros(len(X))
+    mean, var, _ = block_marginals(U, d, zero, zero, chol_A, mean_w)
+    positive = likelihood.predictive_positive(mean, var)
+    return (1.0 - np.where(t > 0, positive, 1.0 - positive)) ** 2
+
+
 class _Patience(_Stalled):
     """The held-out Brier score has not improved for VALIDATION_PATIENCE
     evaluations: the search ends, and its choice is final."""
@@ -687,54 +703,89 @@ def _learn_inducing_points(best, X, t, kernel, options, inducing, Z, rng, report
     return search.choice[0], None, stopped
 
 
+class _HeldOutScores:
+    """The held-out rows' Brier scores under a stochastic search's ``q``
+    (:func:`brier_scores`), as its ``validation``: each call returns their
+    (weighted) mean, and the per-row scores of the lowest mean so far are
+    kept, with the count of new lowest ones (comparisons with the start)."""
+
+    def __init__(self, X_out, t_out, w_out, m):
+        self.X_out, self.t_out, self.w_out = X_out, t_out, w_out
+        self.block_size = _default_block_size(None, m)
+        self.losses, self.lowest, self.comparisons = None, np.inf, 0
+
+    def scores(self, kernel, likelihood, Z, chol_mm, chol_A, mean_w):
+        """The per-row Brier scores under ``q``, a block of rows at a time."""
+        return np.concatenate([
+            brier_scores(
+                kernel, likelihood, Z, chol_mm, chol_A, mean_w,
+                self.X_out[block], self.t_out[block],
+            )
+            for block in _blocks(len(self.X_out), self.block_size)
+        ])  # fmt: skip
+
+    def __call__(self, *q):
+        losses = self.scores(*q)
+        mean = _mean(losses, self.w_out)
+        if mean < self.lowest:
+            self.losses, self.lowest = losses, mean
+            self.comparisons += 1
+        return mean
+
+
 def _learn_inducing_points_stochastic(best, X, t, kernel, options, inducing, Z, rng,
                                       reporter, weights, client):  # fmt: skip
     """:func:`_learn_inducing_points` by one stochastic search on the
     learning rows, from the fixed-input optimum ``best`` (a stochastic
-    search's, over all rows).  The search's end is compared with its start
-    once, each scored by the held-out Brier score of full-batch EP on the
-    learning rows at that point, and kept when :func:`significant_gain`
-    says so (that EP on ``client``'s workers, as the final solve).  The
-    same returns; a learned point's sites are the search's on the learning
-    rows and zero on the held-out ones."""
+    search's, over all rows) and its sites.  The search scores its ``q`` on
+    the held-out rows and ends at the lowest score (:class:`_HeldOutScores`);
+    that point is kept when its held-out Brier scores beat those of the
+    start's ``q`` by :func:`significant_gain` (without sites to start from,
+    full-batch EP at the start on ``client``'s workers gives the start's).
+    The same returns; a learned point's sites are the search's on the
+    learning rows and zero on the held-out ones."""
     learn, out, w_learn, w_out, start, bounds = _held_out_start(
         best, X, t, kernel, options, inducing, Z, rng, weights
     )
     seed = int(rng.randint(np.iinfo(np.int32).max))
     X_learn, t_learn = X[learn], t[learn]
     task = reporter.task.subtask("inducing-input search", max_steps=None)
-    run = _stochastic_run(
-        start, seed, X_learn, t_learn, kernel, options, inducing, Z, bounds,
-        _search_scales(X, start, kernel, options, inducing), w_learn, task,
-        evaluate=False,
-    )  # fmt: skip
-    if run.stopped:
-        return start, best.sites, True
-
-    blocks = row_blocks(len(learn), len(Z), client)
-
-    def held_out(point, sites):
-        evaluation = _evaluate(
-            point, X_learn, t_learn, kernel, options, inducing, Z, start=sites,
-            weights=w_learn, blocks=blocks,
-        )  # fmt: skip
-        if not is_reliable(evaluation):
-            return None
-        kernel_at, options_at, Z_at = _split(point, kernel, options, inducing, Z)
-        return held_out_losses(
-            evaluation.solution, kernel_at, options_at.make_likelihood(), Z_at,
-            X[out], t[out],
-        )  # fmt: skip
-
+    held_out = _HeldOutScores(X[out], t[out], w_out, len(Z))
     start_sites = None
     if best.sites is not None:
         start_sites = [(tau[learn], nu[learn]) for tau, nu in best.sites]
-    baseline = held_out(start, start_sites)
-    losses = held_out(run.theta, run.sites)
+    run = _stochastic_run(
+        start, seed, X_learn, t_learn, kernel, options, inducing, Z, bounds,
+        _search_scales(X, start, kernel, options, inducing), w_learn, task,
+        evaluate=False, sites=None if start_sites is None else start_sites[0],
+        validation=held_out,
+    )  # fmt: skip
+    if run.stopped:
+        return start, best.sites, True
+    kernel_at, options_at, Z_at = _split(start, kernel, options, inducing, Z)
+    likelihood = options_at.make_likelihood()
+    if start_sites is None:
+        evaluation = _evaluate(
+            start, X_learn, t_learn, kernel, options, inducing, Z, weights=w_learn,
+            blocks=row_blocks(len(learn), len(Z), client),
+        )  # fmt: skip
+        baseline = None
+        if is_reliable(evaluation):
+            baseline = held_out_losses(
+                evaluation.solution, kernel_at, likelihood, Z_at, X[out], t[out]
+            )
+    else:
+        chol_mm, _ = inducing_cholesky(kernel_at(Z_at), inducing.jitter)
+        precision, shift = site_statistics(
+            X_learn, kernel_at, Z_at, chol_mm, *start_sites[0], held_out.block_size
+        )
+        chol_A, mean_w, _ = combine_site_statistics(precision, shift, 0.0)
+        baseline = held_out.scores(kernel_at, likelihood, Z_at, chol_mm, chol_A, mean_w)
+    losses = held_out.losses
     if (
         baseline is None
         or losses is None
-        or not significant_gain(baseline, losses, w_out, comparisons=1)
+        or not significant_gain(baseline, losses, w_out, held_out.comparisons)
     ):
         _report_inducing_choice(reporter)
         return start, best.sites, False
@@ -777,10 +828,12 @@ def _optimise(
 
 
 def _stochastic_run(start, seed, X, t, kernel, options, inducing, Z, bounds, scales,
-                    weights, task, evaluate):  # fmt: skip
-    """One stochastic search (:func:`~._stochastic_ep.stochastic_search`) as
-    an :class:`_OptimizerRun`; with ``evaluate``, its full-batch EP evidence
-    (warm-started from its sites) ranks it among the restarts."""
+                    weights, task, evaluate, sites=None,
+                    validation=None):  # fmt: skip
+    """One stochastic search (:func:`~._stochastic_ep.stochastic_search`,
+    from ``sites``, scored by ``validation``) as an :class:`_OptimizerRun`;
+    with ``evaluate``, its full-batch EP evidence (warm-started from its
+    sites) ranks it among the restarts."""
     printer = _evaluation_printer(options)
 
     def at(point):
@@ -793,7 +846,7 @@ def _stochastic_run(start, seed, X, t, kernel, options, inducing, Z, bounds, sca
             jitter=inducing.jitter, damping=options.damping,
             learns_label_noise=options.learns_label_noise,
             learns_inducing=inducing.learn, seed=seed, task=task, printer=printer,
-            max_epochs=options.max_iter,
+            max_epochs=options.max_iter, sites=sites, validation=validation,
         )  # fmt: skip
     if not (run.converged or run.stopped):
         warnings.warn(

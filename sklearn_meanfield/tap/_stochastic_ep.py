@@ -34,9 +34,10 @@ stochastic EP):
   term (:func:`site_statistics`, an ``O(n m^2)`` pass) when the point has
   moved by :data:`REFRESH_MOVE` since they last were.
 
-The first epoch moves the sites only (from zero sites it is EP's first
+From zero sites the first epoch moves the sites only (it is EP's first
 sweep), so that the gradient starts from a posterior that has seen every
-row.  The search ends when the mean point of a window of epochs (at least
+row; given sites (a converged fit's) it moves both from the start.  The
+search ends when the mean point of a window of epochs (at least
 :data:`MIN_WINDOW_STEPS` steps) moves by less than :data:`POINT_TOL` (root
 mean square over the coordinates: log-hyperparameters, inducing inputs in
 units of the inputs' spread) from the last window's, and the window's
@@ -46,6 +47,18 @@ epochs (:data:`MAX_STEPS` steps when the epochs have few); the fit then
 solves full-batch EP at that point, so the evidence, predictions and
 leave-one-out keep their exact meaning.
 
+**Inducing inputs.**  A row's site is matched to the inducing inputs once
+an epoch, so the inputs may move by at most :data:`INDUCING_EPOCH_MOVE` of
+their unit an epoch (Adam's step for them shrinks with the minibatches an
+epoch has); further, the sites lag behind and the search diverges.
+Learning them, the search is scored on held-out rows instead: each window
+ends with their Brier score under ``q`` (no extra EP), the point of lowest
+score is kept, and the search ends after :data:`VALIDATION_WINDOWS`
+windows without a new lowest (early stopping: FITC's evidence over-fits
+the inputs, Bauer, van der Wilk and Rasmussen).  The gradients of the
+inputs' many coordinates are each small against the minibatch noise while
+the inputs still gain, so a window's significance says little about them.
+
 References
 ----------
 .. [1] D. Hernandez-Lobato and J. M. Hernandez-Lobato, "Scalable Gaussian
@@ -54,6 +67,8 @@ References
    expectation propagation", NIPS 28, 2015.
 .. [3] D. P. Kingma and J. Ba, "Adam: a method for stochastic optimization",
    ICLR 2015.
+.. [4] M. Bauer, M. van der Wilk and C. E. Rasmussen, "Understanding
+   probabilistic sparse Gaussian process approximations", NIPS 29, 2016.
 """
 
 from typing import NamedTuple
@@ -115,6 +130,13 @@ REFRESH_MOVE = 0.1
 # epochs have few.
 MAX_EPOCHS = 40
 MAX_STEPS = 2000
+# The inducing inputs' largest move an epoch, in their unit: at 180,000
+# rows (88 minibatches) Adam's full step, up to 0.88 an epoch, left the
+# sites behind and diverged; 0.2 an epoch did not.
+INDUCING_EPOCH_MOVE = 0.2
+# Scored on held-out rows, the search ends after this many windows without
+# a new lowest score (each at least an epoch and MIN_WINDOW_STEPS steps).
+VALIDATION_WINDOWS = 5
 
 
 class MinibatchSites(NamedTuple):
@@ -441,10 +463,37 @@ class _Window:
         return self.point_sum / self.steps, moved, significance
 
 
+class _Validation:
+    """The held-out score of ``q`` at each window's end, and the point and
+    sites of the lowest so far."""
+
+    def __init__(self, score):
+        self.score = score
+        self.held = None
+        self.best = None
+        self.last = self.lowest = np.inf
+        self.since_lowest = 0
+
+    def hold(self, point, *q):
+        """Keep the last step's ``q`` and the point it belongs to."""
+        self.held = point.copy(), q
+
+    def close(self, tau, nu):
+        """Score the held ``q``; returns the windows since the lowest score."""
+        point, q = self.held
+        self.last = float(self.score(*q))
+        if self.last < self.lowest:
+            self.lowest, self.since_lowest = self.last, 0
+            self.best = point, tau.copy(), nu.copy()
+        else:
+            self.since_lowest += 1
+        return self.since_lowest
+
+
 def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, damping,
                       learns_label_noise, learns_inducing, seed, task=None,
-                      printer=None, batch_size=BATCH_SIZE,
-                      max_epochs=None):  # fmt: skip
+                      printer=None, batch_size=BATCH_SIZE, max_epochs=None,
+                      sites=None, validation=None):  # fmt: skip
     """Stochastic EP over the sites and the search space's point together.
 
     Parameters
@@ -478,6 +527,13 @@ def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, dampi
     max_epochs : int or None, default=None
         At most this many epochs (the estimator's ``max_iter``, an epoch
         being a sweep over the sites); None: the budget alone.
+    sites : tuple of ndarray of shape (n,) or None, default=None
+        The sites ``(tau, nu)`` to start from (None: zero).
+    validation : callable or None, default=None
+        ``validation(kernel, likelihood, Z, chol_mm, chol_A, mean_w) ->
+        float``, a held-out score of ``q`` (lower is better): the search
+        returns the point and sites of lowest score, and ends after
+        :data:`VALIDATION_WINDOWS` windows without a new lowest.
 
     Returns
     -------
@@ -487,14 +543,29 @@ def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, dampi
     X = np.asarray(X, dtype=float)
     n = len(X)
     point = np.array(start, dtype=float)
-    tau, nu = np.zeros(n), np.zeros(n)
-    adam = Adam(LEARNING_RATE * np.asarray(scales, dtype=float))
+    n_batches, max_epochs = _epoch_budget(n, batch_size, max_epochs)
+    m = len(at(point)[2])
+    learning_rate = LEARNING_RATE * np.asarray(scales, dtype=float)
+    if learns_inducing:
+        inputs = slice(len(point) - m * X.shape[1], None)
+        learning_rate[inputs] *= min(
+            1.0, INDUCING_EPOCH_MOVE / (LEARNING_RATE * n_batches)
+        )
+    adam = Adam(learning_rate)
     mean_point = None
     converged = stopped = False
-    m = len(at(point)[2])
-    information = np.zeros((m, m)), np.zeros(m)  # zero sites: no statistics
     refreshed_at = point.copy()
-    n_batches, max_epochs = _epoch_budget(n, batch_size, max_epochs)
+    if sites is None:
+        tau, nu = np.zeros(n), np.zeros(n)
+        information = np.zeros((m, m)), np.zeros(m)  # zero sites: no statistics
+        sites_only_epochs = 1
+    else:
+        tau, nu = (np.array(site, dtype=float) for site in sites)
+        kernel, _, Z = at(point)
+        chol_mm, _ = inducing_cholesky(kernel(Z), jitter)
+        information = _all_rows_information(X, kernel, Z, chol_mm, tau, nu, batch_size)
+        sites_only_epochs = 0
+    watch = None if validation is None else _Validation(validation)
     window = _Window(len(point))
     for epoch in range(max_epochs):
         kernel, likelihood, Z = at(point)
@@ -506,7 +577,7 @@ def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, dampi
             refreshed_at = point.copy()
         for rows in np.array_split(rng.permutation(n), n_batches):
             rows = np.sort(rows)
-            if epoch > 0:
+            if epoch >= sites_only_epochs:
                 kernel, likelihood, Z = at(point)
                 chol_mm, _ = inducing_cholesky(kernel(Z), jitter)
             X_b, t_b = X[rows], t[rows]
@@ -527,8 +598,10 @@ def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, dampi
                 continue
             information = _to_inducing_values(chol_mm, precision, shift)
             tau[rows], nu[rows] = sites.tau, sites.nu
-            if epoch == 0:
+            if epoch < sites_only_epochs:
                 continue
+            if watch is not None:  # q and its point, before the step
+                watch.hold(point, kernel, likelihood, Z, chol_mm, chol_A, mean_w)
             gradient = _search_gradient(
                 RowBlock(U_b, d_b, X_b), sites, t_b, chol_A, mean_w, chol_mm,
                 kernel, Z, likelihood, n / len(rows), learns_label_noise,
@@ -541,7 +614,21 @@ def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, dampi
             if task is not None and task.step("minibatch"):
                 stopped = True
                 break
-        if window.steps >= MIN_WINDOW_STEPS:  # a window of epochs ends
+        if window.steps >= MIN_WINDOW_STEPS and watch is not None:
+            converged = watch.close(tau, nu) >= VALIDATION_WINDOWS
+            if printer is not None:
+                printer(
+                    1,
+                    "stochastic EP epoch %d: %d steps, held-out score %.5g "
+                    "(lowest %.5g, %d windows ago)",
+                    epoch + 1,
+                    window.steps,
+                    watch.last,
+                    watch.lowest,
+                    watch.since_lowest,
+                )
+            window = _Window(len(point))
+        elif window.steps >= MIN_WINDOW_STEPS:  # a window of epochs ends
             mean_point, moved, significance = window.close(mean_point, scales)
             if printer is not None:
                 printer(
@@ -563,5 +650,8 @@ def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, dampi
             window = _Window(len(point))
         if stopped or converged:
             break
+    if watch is not None and watch.best is not None:
+        point, tau, nu = watch.best
+        return StochasticRun(point, tau, nu, epoch + 1, converged, stopped)
     final = point if mean_point is None else mean_point
     return StochasticRun(final, tau, nu, epoch + 1, converged, stopped)
