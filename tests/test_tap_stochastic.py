@@ -33,6 +33,7 @@ from sklearn_meanfield.tap._sparse import (
 from sklearn_meanfield.tap._stochastic_ep import (
     INDUCING_EPOCH_MOVE,
     LEARNING_RATE,
+    REFRESH_MOVE,
     VALIDATION_WINDOWS,
     _label_noise_gradient,
     minibatch_gradient,
@@ -495,3 +496,39 @@ def test_brier_scores_of_q_equal_the_solutions_held_out_losses():
     )
     assert np.ptp(expected) > 0.1
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-14)
+
+
+def test_learning_the_inducing_inputs_every_epoch_starts_from_all_rows_terms(
+    monkeypatch,
+):
+    # Kept terms say what a row's site says about the field at the old
+    # inducing inputs: with the inputs learned, each epoch after a step
+    # recomputes every row's term at the current point (and the search
+    # starts from them), so the q it scores then is the sites' own.
+    from sklearn_meanfield.tap import _stochastic_ep
+
+    X, t, kernel, likelihood, Z, at, start, bounds = _search_problem()
+    reference = expectation_propagation(
+        FITCPosterior.from_kernel(kernel, X, Z), t, likelihood, tol=1e-10
+    )
+    points = []
+    original = _stochastic_ep._all_rows_information
+
+    def spy(X_, kernel_at, Z_at, *args):
+        points.append(np.r_[kernel_at.theta, Z_at.ravel()])
+        return original(X_, kernel_at, Z_at, *args)
+
+    monkeypatch.setattr(_stochastic_ep, "_all_rows_information", spy)
+    # Two minibatches an epoch: the point moves by about 0.02 an epoch, less
+    # than REFRESH_MOVE at the epochs' starts, so only this rule recomputes.
+    run = stochastic_search(
+        start, bounds, np.ones(len(start)), at, X, t, None, jitter=1e-8,
+        damping=0.5, learns_label_noise=False, learns_inducing=True, seed=0,
+        batch_size=200, sites=(reference.tau, reference.nu), max_epochs=3,
+    )  # fmt: skip
+    assert run.epochs == 3
+    assert len(points) == 3
+    np.testing.assert_allclose(points[0], start)
+    # Each later one is at a new point, within REFRESH_MOVE of the start.
+    assert all(not np.allclose(a, b) for a, b in zip(points, points[1:]))
+    assert np.max(np.abs(points[-1] - start)) < REFRESH_MOVE
