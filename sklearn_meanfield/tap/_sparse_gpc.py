@@ -849,9 +849,14 @@ def _stochastic_run(start, seed, X, t, kernel, options, inducing, Z, bounds, sca
             max_epochs=options.max_iter, sites=sites, validation=validation,
         )  # fmt: skip
     if not (run.converged or run.stopped):
+        used = (
+            "the last window's mean point"
+            if validation is None
+            else "the point of lowest held-out score"
+        )
         warnings.warn(
             f"The stochastic EP search did not settle in {run.epochs} epochs "
-            "(its budget); the last window's mean point is used.",
+            f"(its budget); {used} is used.",
             ConvergenceWarning,
         )
     sites = [(run.tau, run.nu)]
