@@ -503,7 +503,12 @@ def held_out_losses(solution, kernel, likelihood, Z, X, t):
     few dozen rows has the power the log-loss's heavy tail (a flipped label
     predicted with confidence) takes away."""
     mean, var = solution.posterior.predict(kernel(Z, X), kernel.diag(X))
-    positive = likelihood.predictive_positive(mean, var)
+    return _brier(likelihood.predictive_positive(mean, var), t)
+
+
+def _brier(positive, t):
+    """Each row's ``(1 - p(t_i))^2`` from its probability of the positive
+    class."""
     return (1.0 - np.where(t > 0, positive, 1.0 - positive)) ** 2
 
 
@@ -514,8 +519,7 @@ def brier_scores(kernel, likelihood, Z, chol_mm, chol_A, mean_w, X, t):
     U, d = whiten_block(kernel(X, Z), kernel.diag(X), chol_mm)
     zero = np.zeros(len(X))
     mean, var, _ = block_marginals(U, d, zero, zero, chol_A, mean_w)
-    positive = likelihood.predictive_positive(mean, var)
-    return (1.0 - np.where(t > 0, positive, 1.0 - positive)) ** 2
+    return _brier(likelihood.predictive_positive(mean, var), t)
 
 
 class _Patience(_Stalled):
