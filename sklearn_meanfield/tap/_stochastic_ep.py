@@ -566,9 +566,7 @@ def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, dampi
         sites_only_epochs = 1
     else:
         tau, nu = (np.array(site, dtype=float) for site in sites)
-        kernel, _, Z = at(point)
-        chol_mm, _ = inducing_cholesky(kernel(Z), jitter)
-        information = _all_rows_information(X, kernel, Z, chol_mm, tau, nu, batch_size)
+        information = None  # the first epoch computes the sites' statistics
         sites_only_epochs = 0
     watch = None if validation is None else _Validation(validation)
     window = _Window(len(point))
@@ -576,7 +574,11 @@ def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, dampi
         kernel, likelihood, Z = at(point)
         chol_mm, _ = inducing_cholesky(kernel(Z), jitter)
         moved = np.max(np.abs(point - refreshed_at) / scales)
-        if moved > REFRESH_MOVE or (learns_inducing and moved > 0):
+        if (
+            information is None
+            or moved > REFRESH_MOVE
+            or (learns_inducing and moved > 0)
+        ):
             information = _all_rows_information(
                 X, kernel, Z, chol_mm, tau, nu, batch_size
             )
@@ -620,39 +622,40 @@ def stochastic_search(start, bounds, scales, at, X, t, weights, *, jitter, dampi
             if task is not None and task.step("minibatch"):
                 stopped = True
                 break
-        if window.steps >= MIN_WINDOW_STEPS and watch is not None:
-            converged = watch.close(tau, nu) >= VALIDATION_WINDOWS
-            if printer is not None:
-                printer(
-                    1,
-                    "stochastic EP epoch %d: %d steps, held-out score %.5g "
-                    "(lowest %.5g, %d windows ago)",
-                    epoch + 1,
-                    window.steps,
-                    watch.last,
-                    watch.lowest,
-                    watch.since_lowest,
-                )
-            window = _Window(len(point))
-        elif window.steps >= MIN_WINDOW_STEPS:  # a window of epochs ends
-            mean_point, moved, significance = window.close(mean_point, scales)
-            if printer is not None:
-                printer(
-                    1,
-                    "stochastic EP epoch %d: %d steps, window mean moved %.3g, "
-                    "gradient significance %.3g, exp of its first coordinates [%s]",
-                    epoch + 1,
-                    window.steps,
-                    moved,
-                    significance,
-                    ", ".join(f"{x:.4g}" for x in np.exp(mean_point[:4])),
-                )
-            aimless = significance < _significance_threshold(len(point))
-            converged = aimless and moved < POINT_TOL
-            if aimless:
-                # The steps follow the minibatches' noise: smaller ones
-                # bring the mean point to rest.
-                adam.learning_rate *= 0.5
+        if window.steps >= MIN_WINDOW_STEPS:  # a window of epochs ends
+            if watch is not None:  # scored on held-out rows
+                converged = watch.close(tau, nu) >= VALIDATION_WINDOWS
+                if printer is not None:
+                    printer(
+                        1,
+                        "stochastic EP epoch %d: %d steps, held-out score %.5g "
+                        "(lowest %.5g, %d windows ago)",
+                        epoch + 1,
+                        window.steps,
+                        watch.last,
+                        watch.lowest,
+                        watch.since_lowest,
+                    )
+            else:
+                mean_point, moved, significance = window.close(mean_point, scales)
+                if printer is not None:
+                    printer(
+                        1,
+                        "stochastic EP epoch %d: %d steps, window mean moved "
+                        "%.3g, gradient significance %.3g, exp of its first "
+                        "coordinates [%s]",
+                        epoch + 1,
+                        window.steps,
+                        moved,
+                        significance,
+                        ", ".join(f"{x:.4g}" for x in np.exp(mean_point[:4])),
+                    )
+                aimless = significance < _significance_threshold(len(point))
+                converged = aimless and moved < POINT_TOL
+                if aimless:
+                    # The steps follow the minibatches' noise: smaller ones
+                    # bring the mean point to rest.
+                    adam.learning_rate *= 0.5
             window = _Window(len(point))
         if stopped or converged:
             break
