@@ -56,6 +56,7 @@ from ._sweep import Sweep
 __all__ = [
     "CoupledPosterior",
     "InnerSites",
+    "KernelPrior",
     "MultinomialSolution",
     "class_log_normalisers",
     "inner_ep",
@@ -352,6 +353,31 @@ class CoupledPosterior:
         return self.E.sum(axis=0) - coupled
 
 
+class KernelPrior:
+    """The exact prior: every class's latent values ``N(0, K)``.
+
+    What :func:`multinomial_ep` solves against; the sparse mode's
+    :class:`~sklearn_meanfield.tap._sparse_multinomial.SparseCoupledPrior`
+    has the same ``solve``.
+
+    Parameters
+    ----------
+    K : ndarray of shape (n, n)
+    """
+
+    def __init__(self, K):
+        self.K = K
+
+    def solve(self, pi, nu_f):
+        """The :class:`CoupledPosterior` of weighted sites ``pi, nu_f``, with
+        its ``alpha`` (``K^-1`` times the means), ``mean`` and ``cov``."""
+        posterior = CoupledPosterior(self.K, pi)
+        posterior.alpha, posterior.mean, posterior.cov = posterior.marginals(
+            self.K, nu_f
+        )
+        return posterior
+
+
 def _probit_update(cavity_mean, cavity_var):
     """Moment-matched Gaussian factor of ``Phi(s)`` under ``N(m, v)``.
 
@@ -642,16 +668,17 @@ class MultinomialSolution:
         The inner factors' precisions and precision-means (``tau`` is
         ``beta``; the names let the optimiser's warm starts treat them as
         the binary sites).
-    alpha : ndarray of shape (n, C)
+    alpha : ndarray of shape (n, C) or None
         ``K^-1`` times the posterior means: the predictive means at ``X``
-        are ``K(X, X_train) alpha``.
+        are ``K(X, X_train) alpha`` (None in the sparse mode, whose
+        posterior predicts).
     mean : ndarray of shape (n, C)
     cov : ndarray of shape (n, C, C)
         Posterior marginals at the training points.
     log_evidence : float
     n_iter : int
     converged : bool
-    posterior : CoupledPosterior
+    posterior : CoupledPosterior or SparseCoupledPosterior
     stopped : bool
     """
 
@@ -681,7 +708,7 @@ class MultinomialSolution:
         return predictive_proba(*self.loo_cavities())
 
 
-def _evidence(K, posterior, nu_w, a, log_scale, log_site_norm, weights):
+def _evidence(posterior, nu_w, log_scale, log_site_norm, weights):
     """Nested EP's log marginal likelihood at a fixed point.
 
     ``-log|I + K Pi| / 2 + nu' mean / 2`` (the Gaussian sites under the
@@ -689,10 +716,9 @@ def _evidence(K, posterior, nu_w, a, log_scale, log_site_norm, weights):
     ``log_scale`` and the inner factors' normalisers.
     """
     w = 1.0 if weights is None else weights
-    mean = K @ a
     return float(
         -0.5 * posterior.log_det
-        + 0.5 * np.sum(nu_w * mean)
+        + 0.5 * np.sum(nu_w * posterior.mean)
         + np.sum(w * (log_scale + log_site_norm))
     )
 
@@ -716,7 +742,7 @@ def _factor_scales(cavity_cov, labels, others):
 
 
 def multinomial_ep(
-    K,
+    prior,
     labels,
     n_classes,
     *,
@@ -740,8 +766,9 @@ def multinomial_ep(
 
     Parameters
     ----------
-    K : ndarray of shape (n, n)
-        The kernel matrix, shared by the classes' latent functions.
+    prior : ndarray of shape (n, n), KernelPrior or SparseCoupledPrior
+        The kernel matrix shared by the classes' latent functions (or its
+        :class:`KernelPrior`), or the sparse mode's FITC prior.
     labels : ndarray of shape (n,)
         Class indices.
     n_classes : int
@@ -762,6 +789,8 @@ def multinomial_ep(
     -------
     MultinomialSolution
     """
+    if isinstance(prior, np.ndarray):
+        prior = KernelPrior(prior)
     labels = np.asarray(labels)
     n = len(labels)
     w = None if weights is None else np.asarray(weights, dtype=float)
@@ -786,8 +815,8 @@ def multinomial_ep(
     while True:
         pi, nu_f, log_scale = outer_sites(sites, labels, n_classes)
         pi_w, nu_w = pi * column, nu_f * column
-        posterior = CoupledPosterior(K, pi_w)
-        a, mean, cov = posterior.marginals(K, nu_w)
+        posterior = prior.solve(pi_w, nu_w)
+        mean, cov = posterior.mean, posterior.cov
         cavity_mean, cavity_cov = cavities(mean, cov, pi, nu_f, removed)
         proposal, _, _ = inner_ep(
             cavity_mean, cavity_cov, labels, sites, _INNER_SWEEPS, normalisers=False
@@ -840,11 +869,11 @@ def multinomial_ep(
         )
     # The last sweep's cavities are those of the returned sites.
     _, log_site_norm, _ = inner_ep(cavity_mean, cavity_cov, labels, sites, 0)
-    log_evidence = _evidence(K, posterior, nu_w, a, log_scale, log_site_norm, w)
+    log_evidence = _evidence(posterior, nu_w, log_scale, log_site_norm, w)
     return MultinomialSolution(
         tau=sites.beta,
         nu=sites.nu,
-        alpha=a,
+        alpha=getattr(posterior, "alpha", None),
         mean=mean,
         cov=cov,
         log_evidence=log_evidence,

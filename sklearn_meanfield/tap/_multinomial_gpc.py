@@ -6,13 +6,18 @@ binary problem, and with the same search strategy (its :class:`_Search`
 subclassed): the kernel shared by the classes' latent functions is chosen
 by maximising nested EP's evidence with its analytic gradient, EP
 warm-started along the optimiser's path, restarts in parallel; then a final
-solve at the fitted kernel gives a :class:`MultinomialFit`.
+solve at the fitted kernel gives a :class:`MultinomialFit`.  In the sparse
+mode the prior is FITC's at k-means inducing inputs (or the user's), which
+stay fixed (:mod:`._sparse_multinomial`), and the row blocks may live on
+Dask workers as the binary sparse fit's do.
 """
 
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
+from joblib import parallel_config
 from sklearn.gaussian_process.kernels import Kernel
 from sklearn.utils import _safe_indexing, gen_batches
 from sklearn.utils.validation import _num_samples
@@ -33,14 +38,24 @@ from ._binary_gpc import (
 )
 from ._hooks import print_sweeps, sweep_steps
 from ._multinomial import (
+    KernelPrior,
     multinomial_ep,
     multinomial_evidence_gradient,
     predictive_proba,
 )
+from ._sparse import DaskBlocks, FITCPosterior
+from ._sparse_gpc import (
+    _PREDICT_BLOCK_BYTES,
+    initial_inducing_points,
+    row_blocks,
+)
+from ._sparse_multinomial import SparseCoupledPrior, sparse_multinomial_gradient
 
 __all__ = [
     "MultinomialFit",
+    "SparsePrior",
     "check_multinomial_memory",
+    "check_sparse_multinomial_memory",
     "fit_multinomial",
     "multinomial_log_evidence",
 ]
@@ -51,6 +66,22 @@ __all__ = [
 _PREDICT_BLOCK = 1000
 
 
+class SparsePrior(NamedTuple):
+    """The sparse mode's fixed inducing inputs ``Z``, ``K_mm``'s relative
+    nugget and where the row blocks live."""
+
+    Z: np.ndarray
+    jitter: float
+    blocks: object
+
+    def at(self, kernel, X):
+        """The :class:`SparseCoupledPrior` of ``kernel`` on the rows ``X``."""
+        fitc = FITCPosterior.from_kernel(
+            kernel, X, self.Z, jitter=self.jitter, executor=self.blocks
+        )
+        return SparseCoupledPrior(fitc)
+
+
 class MultinomialFit(NamedTuple):
     """The fitted multinomial model (what the worker returns, predict reads)."""
 
@@ -59,10 +90,16 @@ class MultinomialFit(NamedTuple):
     log_evidence: float
     stopped: bool
     loo_valid: bool
+    inducing_points: np.ndarray = None
 
     def latent(self, X_train, X):
         """Predictive means ``(m, C)`` and covariances ``(m, C, C)`` of the
-        classes' latent values at ``X``."""
+        classes' latent values at ``X`` (the sparse mode: through the
+        inducing values only, ``X_train`` is not needed)."""
+        if self.inducing_points is not None:
+            return self.solution.posterior.predict(
+                self.kernel(self.inducing_points, X), self.kernel.diag(X)
+            )
         K_cross = self.kernel(X_train, X)
         mean = K_cross.T @ self.solution.alpha
         reduction, cov = self.solution.posterior.covariance_terms(K_cross)
@@ -74,9 +111,13 @@ class MultinomialFit(NamedTuple):
         """Predictive class probabilities at ``X``, in blocks of rows (the
         covariances' work arrays grow as ``n C`` per row)."""
         n_rows = _num_samples(X)
+        block = _PREDICT_BLOCK
+        if self.inducing_points is not None:
+            block = max(1, _PREDICT_BLOCK_BYTES // (8 * len(self.inducing_points)))
+            block = min(block, _PREDICT_BLOCK)
         blocks = [
             predictive_proba(*self.latent(X_train, _safe_indexing(X, rows)))
-            for rows in gen_batches(n_rows, _PREDICT_BLOCK)
+            for rows in gen_batches(n_rows, block)
         ]
         if not blocks:
             return np.empty((0, self.solution.mean.shape[1]))
@@ -95,15 +136,21 @@ def _evaluate(
     tol=None,
     weights=None,
     printer=None,
+    sparse=None,
 ):
-    """Nested EP at ``theta``: an :class:`_Evaluation` (never degenerate)."""
+    """Nested EP at ``theta`` (on the ``sparse`` mode's :class:`SparsePrior`,
+    or exact when None): an :class:`_Evaluation` (never degenerate)."""
     kernel = kernel.clone_with_theta(theta)
-    if eval_gradient:
+    K_gradient = None
+    if sparse is not None:
+        prior = sparse.at(kernel, X)
+    elif eval_gradient:
         K, K_gradient = kernel(X, eval_gradient=True)
+        prior = KernelPrior(K)
     else:
-        K = kernel(X)
+        prior = KernelPrior(kernel(X))
     solution = multinomial_ep(
-        K,
+        prior,
         labels,
         n_classes,
         weights=weights,
@@ -114,15 +161,28 @@ def _evaluate(
         on_iteration=None if printer is None else print_sweeps(printer),
     )
     gradient = None
-    if eval_gradient:
+    if eval_gradient and sparse is not None:
+        gradient = sparse_multinomial_gradient(solution, kernel, sparse.Z)
+    elif eval_gradient:
         gradient = multinomial_evidence_gradient(solution, K_gradient)
+    if sparse is not None:
+        solution.posterior.release()
     return _Evaluation(solution, solution.log_evidence, gradient, 0)
 
 
 def multinomial_log_evidence(
-    theta, X, labels, n_classes, kernel, options, eval_gradient=False, weights=None
+    theta,
+    X,
+    labels,
+    n_classes,
+    kernel,
+    options,
+    eval_gradient=False,
+    weights=None,
+    sparse=None,
 ):
-    """Nested EP's log evidence (and its gradient) at ``theta``."""
+    """Nested EP's log evidence (and its gradient) at ``theta``, exact or on
+    the ``sparse`` mode's :class:`SparsePrior`."""
     evaluation = _evaluate(
         theta,
         X,
@@ -132,6 +192,7 @@ def multinomial_log_evidence(
         options,
         eval_gradient=eval_gradient,
         weights=weights,
+        sparse=sparse,
     )
     if eval_gradient:
         return evaluation.value, evaluation.gradient
@@ -141,9 +202,11 @@ def multinomial_log_evidence(
 @dataclass
 class _MultinomialSearch(_Search):
     """The binary search's strategy on the multinomial model's evidence; its
-    ``t`` are the class indices."""
+    ``t`` are the class indices, ``sparse`` its :class:`SparsePrior` (None:
+    exact)."""
 
     n_classes: int = 2
+    sparse: SparsePrior = None
 
     def evaluate(self, theta, start, eval_gradient, max_iter=None):
         options = self.options
@@ -161,10 +224,13 @@ class _MultinomialSearch(_Search):
             tol=max(self.options.tol, self.tol),
             weights=self.weights,
             printer=self.printer,
+            sparse=self.sparse,
         )
 
 
-def _optimise(X, labels, n_classes, kernel, options, seed, n_jobs, reporter, weights):
+def _optimise(
+    X, labels, n_classes, kernel, options, seed, n_jobs, reporter, weights, sparse
+):
     """The best optimiser run (the kernel's own start, then random draws),
     with the binary fit's retry from the data's length scale when the best
     kernel ignores the inputs.
@@ -181,7 +247,7 @@ def _optimise(X, labels, n_classes, kernel, options, seed, n_jobs, reporter, wei
         rng.uniform(bounds[:, 0], bounds[:, 1])
         for _ in range(options.n_restarts_optimizer)
     ]
-    fields = {"n_classes": n_classes}
+    fields = {"n_classes": n_classes, "sparse": sparse}
 
     def arguments(start, task):
         return (
@@ -197,13 +263,18 @@ def _optimise(X, labels, n_classes, kernel, options, seed, n_jobs, reporter, wei
             fields,
         )
 
-    best, stopped = best_optimiser_run(starts, arguments, n_jobs, reporter)
-    return retry_blind_kernel(
-        best, stopped, theta0, kernel, X, weights, arguments, n_jobs, reporter
-    )
+    # Row blocks on a Dask cluster: the runs take turns here, each evaluation
+    # spread over the cluster's blocks.
+    distributed = sparse is not None and isinstance(sparse.blocks, DaskBlocks)
+    n_jobs = 1 if distributed else n_jobs
+    with parallel_config(backend="sequential") if distributed else nullcontext():
+        best, stopped = best_optimiser_run(starts, arguments, n_jobs, reporter)
+        return retry_blind_kernel(
+            best, stopped, theta0, kernel, X, weights, arguments, n_jobs, reporter
+        )
 
 
-def _final_solve(K, labels, n_classes, options, sites, stopped, reporter, weights):
+def _final_solve(prior, labels, n_classes, options, sites, stopped, reporter, weights):
     """Nested EP at the fitted kernel (a callback subtask, a step per sweep),
     polished to ``_POLISH_TOL`` as the binary final solve is."""
     solve = ProgressReporter(
@@ -216,7 +287,7 @@ def _final_solve(K, labels, n_classes, options, sites, stopped, reporter, weight
 
     def run(start, tol, max_iter, on_iteration):
         return multinomial_ep(
-            K,
+            prior,
             labels,
             n_classes,
             weights=weights,
@@ -253,38 +324,57 @@ def _final_solve(K, labels, n_classes, options, sites, stopped, reporter, weight
 
 
 def fit_multinomial(
-    X, labels, n_classes, kernel, options, seed, n_jobs, task=None, weights=None
-):
+    X, labels, n_classes, kernel, options, seed, n_jobs, task=None, weights=None,
+    *, inducing=None, client=None,
+):  # fmt: skip
     """Fit the multinomial model: the shared kernel, then nested EP.
 
     A pure function of its arguments (and ``seed``): restarts run in
     parallel with ``n_jobs`` on any joblib backend with identical results.
-    Returns a :class:`MultinomialFit`.
+    ``inducing`` (an :class:`~._sparse_gpc.InducingOptions`, inputs not
+    learned) selects the sparse mode, whose row blocks live on the workers
+    of the Dask ``client`` when one is given (the restarts then take turns
+    here); the k-means seed is drawn from ``seed`` first.  Returns a
+    :class:`MultinomialFit`.
     """
     reporter = ProgressReporter(options.verbose, options.prefix, task=task)
-    with reporter.task, blas_threads_for_matrix(_num_samples(X)):
+    sparse = None
+    matrix = _num_samples(X)
+    if inducing is not None:
+        X = np.asarray(X, dtype=float)
+        rng = np.random.RandomState(seed)
+        kmeans_seed, seed = (int(s) for s in rng.randint(2**31 - 1, size=2))
+        Z = initial_inducing_points(X, inducing, kmeans_seed, weights)
+        sparse = SparsePrior(Z, inducing.jitter, row_blocks(len(X), len(Z), client))
+        matrix = min(matrix, n_classes * len(Z))
+    with reporter.task, blas_threads_for_matrix(matrix):
         stopped = False
         sites = None
         if options.optimizer is not None and kernel.n_dims > 0:
             best, stopped = _optimise(
-                X, labels, n_classes, kernel, options, seed, n_jobs, reporter, weights
-            )
+                X, labels, n_classes, kernel, options, seed, n_jobs, reporter,
+                weights, sparse,
+            )  # fmt: skip
             kernel = kernel.clone_with_theta(best.theta)
             sites = best.sites
             if not stopped:
                 _warn_at_bounds(kernel, options)
         else:
             kernel = kernel.clone_with_theta(kernel.theta)
+        prior = KernelPrior(kernel(X)) if sparse is None else sparse.at(kernel, X)
         solution, stopped = _final_solve(
-            kernel(X), labels, n_classes, options, sites, stopped, reporter, weights
+            prior, labels, n_classes, options, sites, stopped, reporter, weights
         )
         _warn_unreliable(solution, options, stopped, 0, len(labels))
+        if sparse is not None:
+            solution.posterior.release()
     return MultinomialFit(
         kernel=kernel,
         solution=solution,
         log_evidence=solution.log_evidence,
         stopped=stopped,
         loo_valid=bool(solution.converged and not stopped),
+        inducing_points=None if sparse is None else sparse.Z,
     )
 
 
@@ -318,4 +408,37 @@ def check_multinomial_memory(n, n_classes, n_params, optimise, n_concurrent):
         f"classes{per_worker}",
         "Subsample the data, or use multi_class='one_vs_rest' with the sparse "
         "mode (n_inducing).",
+    )
+
+
+def sparse_multinomial_peak_bytes(n, m, n_classes, n_concurrent=1):
+    """Peak bytes of sparse multinomial fits run at once.
+
+    Each holds the whitened cross-covariances ``U`` (``n x m``), the ``C m
+    x C m`` precision of the inducing values, its factor and inverse, nested
+    EP's ``n x C x C`` marginals and cavities, and a row block's products
+    with a block row of the inverse (``C`` times the block's 8 MiB of
+    ``U``).
+
+    Examples
+    --------
+    >>> sparse_multinomial_peak_bytes(20_000, 256, 10) / 2**30 < 1
+    True
+    """
+    per_fit = (
+        8.0 * (2 * n * m + 30 * n * n_classes**2 + 4 * (n_classes * m) ** 2)
+        + (2 + 2 * n_classes) * 8 * 2**20
+    )
+    return n_concurrent * per_fit
+
+
+def check_sparse_multinomial_memory(n, m, n_classes, n_concurrent=1):
+    """Raise ``MemoryError`` before a sparse multinomial fit whose arrays
+    cannot fit."""
+    check_memory(
+        sparse_multinomial_peak_bytes(n, m, n_classes, n_concurrent),
+        f"A sparse multinomial Gaussian-process fit on {n} samples of "
+        f"{n_classes} classes with {m} inducing points",
+        "Use fewer inducing points (n_inducing) or fewer n_jobs, or "
+        "multi_class='one_vs_rest'.",
     )

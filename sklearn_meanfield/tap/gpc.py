@@ -47,7 +47,9 @@ from ._multiclass import (
     warn_if_no_better_than_majority,
 )
 from ._multinomial_gpc import (
+    SparsePrior,
     check_multinomial_memory,
+    check_sparse_multinomial_memory,
     fit_multinomial,
     multinomial_log_evidence,
 )
@@ -55,6 +57,7 @@ from ._sparse_gpc import (
     InducingOptions,
     check_sparse_fit_memory,
     fit_sparse_binary,
+    row_blocks,
 )
 from ._sparse_gpc import log_evidence as sparse_log_evidence
 from ._weights import positive_site_weights, weighted_error_rate
@@ -628,13 +631,11 @@ class TAPGaussianProcessClassifier(
                 "multi_class='multinomial' is solved by nested EP, the adaptive "
                 "TAP fixed point: method='tap' (got method='naive')."
             )
-        if not isinstance(self.inducing_points, str) or self.n_inducing not in (
-            None,
-            "auto",
-        ):
+        if self.optimize_inducing_points:
             raise ValueError(
-                "multi_class='multinomial' fits the exact model only (n_inducing="
-                "None or 'auto'); for the sparse mode use 'one_vs_rest'."
+                "multi_class='multinomial' keeps its inducing inputs where they "
+                "start (optimize_inducing_points=False); to learn them use "
+                "'one_vs_rest'."
             )
 
     def _fit_multinomial(self, X, y, y_index, kernel, sample_weight, rng):
@@ -643,19 +644,22 @@ class TAPGaussianProcessClassifier(
         rows = None if len(keep) == len(y_index) else keep
         X_kept = _take(self.X_train_, rows)
         optimise = self.optimizer is not None
-        check_multinomial_memory(
-            _num_samples(X_kept),
-            self.n_classes_,
-            kernel.n_dims,
-            optimise,
-            max(
-                1,
-                min(
-                    effective_n_jobs(self.n_jobs),
-                    1 + self.n_restarts_optimizer * optimise,
-                ),
-            ),
-        )
+        restarts = 1 + self.n_restarts_optimizer * optimise
+        n_concurrent = max(1, min(effective_n_jobs(self.n_jobs), restarts))
+        inducing = self._inducing_options(X)
+        # Sparse mode under joblib's Dask backend: the row blocks live on the
+        # workers, the restarts take turns here.
+        client = None if inducing is None else dask_client()
+        if inducing is None:
+            check_multinomial_memory(
+                _num_samples(X_kept), self.n_classes_, kernel.n_dims, optimise,
+                n_concurrent,
+            )  # fmt: skip
+        elif client is None:
+            check_sparse_multinomial_memory(
+                _num_samples(X_kept), inducing.n_inducing, self.n_classes_,
+                n_concurrent,
+            )  # fmt: skip
         labels = y_index if rows is None else y_index[rows]
         with fit_progress(self, self.verbose, max_steps=1, X=X, y=y) as reporter:
             fit = fit_multinomial(
@@ -670,13 +674,15 @@ class TAPGaussianProcessClassifier(
                 # solve are the problem's subtasks.
                 reporter.task.subtask("problem", max_steps=None),
                 weights,
+                inducing=inducing,
+                client=client,
             )
         self._multinomial_rows, self._multinomial_fit = rows, fit
         self.kernel_ = fit.kernel
         self.log_marginal_likelihood_value_ = np.float64(fit.log_evidence)
         self.n_iter_ = int(fit.solution.n_iter)
         self.label_noise_ = 0.0
-        self.inducing_points_ = None
+        self.inducing_points_ = fit.inducing_points
         proba = self._loo_positive(_num_samples(X)) if fit.loo_valid else None
         decided = None if proba is None else np.argmax(proba, axis=1)
         self._store_loo(_num_samples(X), y, sample_weight, proba, decided)
@@ -1111,15 +1117,23 @@ class TAPGaussianProcessClassifier(
                 f"theta has {len(theta)} entries; expected {fit.kernel.n_dims} "
                 "(the shared kernel's log-hyperparameters, like kernel_.theta)."
             )
+        X = _take(self.X_train_, self._multinomial_rows)
+        sparse = None
+        Z = fit.inducing_points
+        if Z is not None:  # at the fitted inducing inputs
+            X = np.asarray(X, dtype=float)
+            jitter = InducingOptions(len(Z), init=Z).jitter
+            sparse = SparsePrior(Z, jitter, row_blocks(len(X), len(Z)))
         result = multinomial_log_evidence(
             theta,
-            _take(self.X_train_, self._multinomial_rows),
+            X,
             fit.solution.labels,
             self.n_classes_,
             fit.kernel,
             self._options(),
             eval_gradient=eval_gradient,
             weights=fit.solution.weights,
+            sparse=sparse,
         )
         if not clone_kernel:
             self.kernel_.theta = theta
