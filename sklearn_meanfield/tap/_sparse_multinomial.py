@@ -81,8 +81,10 @@ from ._sparse import (
 __all__ = [
     "SparseCoupledPosterior",
     "SparseCoupledPrior",
-    "block_statistics",
+    "block_adjoints",
     "block_marginals",
+    "block_statistics",
+    "combine_statistics",
     "effective_sites",
     "sparse_multinomial_gradient",
 ]
@@ -190,12 +192,16 @@ def block_statistics(U_b, d_b, pi_b, nu_b):
     return precision, (U_b.T @ h).T.ravel(), float(np.sum(log_det))
 
 
-def combine_statistics(precision, shift, log_det, n_classes):
+def combine_statistics(precision, shift, log_det):
     """The posterior of the whitened inducing values from summed statistics.
+
+    Parameters
+    ----------
+    precision, shift, log_det
+        Sums of :func:`block_statistics` over all blocks.
 
     Returns
     -------
-    chol_A : ndarray of shape (C m, C m)
     A_inv : ndarray of shape (C m, C m)
     mean_W : ndarray of shape (C m,)
     log_det : float
@@ -217,7 +223,7 @@ def combine_statistics(precision, shift, log_det, n_classes):
     A_inv = np.tril(A_inv) + np.tril(A_inv, -1).T
     mean_W = A_inv @ shift
     log_det = log_det + 2.0 * float(np.sum(np.log(np.diag(chol_A))))
-    return chol_A, A_inv, mean_W, log_det
+    return A_inv, mean_W, log_det
 
 
 def block_marginals(U_b, d_b, pi_b, nu_b, mean_W, A_inv):
@@ -293,15 +299,20 @@ class SparseCoupledPosterior:
         precision = np.zeros((n_classes * fitc.m,) * 2)
         shift = np.zeros(n_classes * fitc.m)
         log_det = 0.0
-        for P, s, ld in fitc.executor.map(_coupled_statistics_task, fitc.parts, pi, nu_f):
+        statistics = fitc.executor.map(_coupled_statistics_task, fitc.parts, pi, nu_f)
+        for P, s, ld in statistics:
             precision += P
             shift += s
             log_det += ld
-        _, self.A_inv, self.mean_W, self.log_det = combine_statistics(
-            precision, shift, log_det, n_classes
+        self.A_inv, self.mean_W, self.log_det = combine_statistics(
+            precision, shift, log_det
         )
         results = fitc.executor.map(
-            _coupled_marginals_task, fitc.parts, pi, nu_f, shared=(self.mean_W, self.A_inv)
+            _coupled_marginals_task,
+            fitc.parts,
+            pi,
+            nu_f,
+            shared=(self.mean_W, self.A_inv),
         )
         means, covs = zip(*results)
         self.mean, self.cov = np.concatenate(means), np.concatenate(covs)

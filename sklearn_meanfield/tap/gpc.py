@@ -189,7 +189,8 @@ class TAPGaussianProcessClassifier(
         as :class:`sklearn.svm.SVC` does.  ``"multinomial"``: one model, a
         latent function per class with a shared kernel and the multinomial
         probit likelihood, by nested EP: better-calibrated probabilities for
-        two to four times one-vs-rest's time; exact mode, probit only.  See
+        two to four times one-vs-rest's time (in the sparse mode the work
+        grows as the square of the number of classes); probit only.  See
         :ref:`the user guide <multinomial_gpc>`.
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes, multiplying ``sample_weight`` (see
@@ -222,8 +223,9 @@ class TAPGaussianProcessClassifier(
         the evidence), keeping the point whose Brier score on the other 10%
         beats the start's significantly (FITC's evidence alone over-fits the
         inputs), else the start; ``m * n_features`` more parameters and
-        several times the fit time.  Needs an ``optimizer``.  See
-        :ref:`sparse_gpc`.
+        several times the fit time.  Needs an ``optimizer``; the binary
+        problems only (the multinomial model keeps its inducing inputs).
+        See :ref:`sparse_gpc`.
     n_jobs : int, default=None
         Workers for the multi-class problems (or, for two classes and the
         multinomial model, restarts);
@@ -622,9 +624,9 @@ class TAPGaussianProcessClassifier(
             )
         if self.optimizer == "stochastic":
             raise ValueError(
-                "optimizer='stochastic' searches the sparse mode; "
-                "multi_class='multinomial' fits the exact model: use 'auto' or "
-                "'fmin_l_bfgs_b'."
+                "optimizer='stochastic' is the binary problems' minibatch "
+                "search; multi_class='multinomial' learns its kernel from the "
+                "full-batch evidence: use 'auto' or 'fmin_l_bfgs_b'."
             )
         if self.method != "tap":
             raise ValueError(
