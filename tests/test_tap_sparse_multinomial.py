@@ -18,7 +18,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, Matern
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.utils.estimator_checks import parametrize_with_checks
-from test_tap_multinomial import _dense_posterior
+from test_tap_multinomial import _dense_posterior, _params
 
 from sklearn_meanfield import TAPGaussianProcessClassifier
 from sklearn_meanfield.tap import _multinomial as mn
@@ -174,17 +174,6 @@ def test_evidence_gradient_matches_finite_differences(kernel):
         for e in np.eye(len(theta))
     ]
     np.testing.assert_allclose(gradient, numeric, rtol=1e-5, atol=1e-6)
-
-
-def _params(**extra):
-    params = dict(
-        kernel=C(2.0) * RBF(1.5),
-        optimizer=None,
-        multi_class="multinomial",
-        tol=1e-9,
-        max_iter=1000,
-    )
-    return {**params, **extra}
 
 
 def test_inducing_inputs_at_the_training_inputs_give_the_exact_model():
