@@ -699,6 +699,13 @@ def part_vs_gpytorch(
             f"  {name:25s} | {seconds:7.1f} |   {row_ll:.4f}  {row_err:.3f} |"
             f" {seconds / timer.wall:10.2f}x"
         )
+    best = run.best()
+    holds = ll <= run.log_loss[best] and timer.wall <= 0.5 * run.seconds[best]
+    print(
+        "  target: our log-loss at or below GPyTorch's best in at most half its"
+        f" time to it ({ll:.4f} vs {run.log_loss[best]:.4f}, {timer.wall:.0f} s"
+        f" vs {0.5 * run.seconds[best]:.0f} s): {'holds' if holds else 'does not hold'}"
+    )
     print(f"  load average {os.getloadavg()[0]:.2f}")
 
 

@@ -279,6 +279,41 @@ def test_stochastic_learned_inducing_inputs_end_in_the_fixed_point_of_their_mode
     np.testing.assert_allclose(learned.loo_proba_, given.loo_proba_, atol=1e-7)
 
 
+def test_the_inducing_input_search_learns_on_a_capped_subset(monkeypatch):
+    # Above INDUCING_SEARCH_MAX_SAMPLES learning rows the inputs' search runs
+    # on a random subset of them (shorter epochs), still apart from the rows
+    # its held-out score comes from; the final full pass, from sites on the
+    # subset only, reaches the learned model's fixed point.
+    from sklearn_meanfield.tap import _sparse_gpc
+
+    monkeypatch.setattr(_sparse_gpc, "INDUCING_SEARCH_MAX_SAMPLES", 400)
+    seen = []
+    run = _sparse_gpc._stochastic_run
+
+    def spy(start, seed, X, *args, **kwargs):
+        if kwargs.get("validation") is not None:
+            seen.append((X.copy(), kwargs["validation"].X_out.copy()))
+        return run(start, seed, X, *args, **kwargs)
+
+    monkeypatch.setattr(_sparse_gpc, "_stochastic_run", spy)
+    X, t = _data(1500, 14)
+    y = (t > 0).astype(int)
+    learned = _learned_inputs(X, y, monkeypatch, gain=True)
+    ((X_search, X_out),) = seen
+    assert len(X_search) == 400 and len(X_out) == 150
+    rows = {row.tobytes() for row in X}
+    assert {row.tobytes() for row in X_search} <= rows
+    assert not {row.tobytes() for row in X_search} & {row.tobytes() for row in X_out}
+    given = _fit(
+        X, y, kernel=learned.kernel_, optimizer=None,
+        inducing_points=learned.inducing_points_, n_inducing=10,
+    )  # fmt: skip
+    assert learned.log_marginal_likelihood_value_ == pytest.approx(
+        given.log_marginal_likelihood_value_, rel=1e-9
+    )
+    np.testing.assert_allclose(learned.loo_proba_, given.loo_proba_, atol=1e-7)
+
+
 def test_label_noise_is_learned_by_the_stochastic_search():
     # With the label noise learned as well, the stochastic point gains at
     # least 95% of the full-batch search's gain in exact evidence.

@@ -127,6 +127,13 @@ VALIDATION_FRACTION = 0.1
 VALIDATION_SIGNIFICANCE = 2.0
 VALIDATION_PATIENCE = 30
 INDUCING_SEARCH_MAX_EVALUATIONS = 500
+# The stochastic inducing-input search learns on at most this many of the
+# learning rows (a random subset): a row's site is matched once an epoch,
+# which bounds how far the inputs may move an epoch, so shorter epochs move
+# them sooner.  At 200,000 rows (m = 256, 4 inputs) the search on 50,000
+# ended at a lower held-out log-loss in 40% of the time of the search on all
+# of them.
+INDUCING_SEARCH_MAX_SAMPLES = 50_000
 
 
 @dataclass(frozen=True)
@@ -740,17 +747,21 @@ class _HeldOutScores:
 def _learn_inducing_points_stochastic(best, X, t, kernel, options, inducing, Z, rng,
                                       reporter, weights, client):  # fmt: skip
     """:func:`_learn_inducing_points` by one stochastic search on the
-    learning rows, from the fixed-input optimum ``best`` (a stochastic
+    learning rows (at most :data:`INDUCING_SEARCH_MAX_SAMPLES` of them, a
+    random subset), from the fixed-input optimum ``best`` (a stochastic
     search's, over all rows) and its sites.  The search scores its ``q`` on
     the held-out rows and ends at the lowest score (:class:`_HeldOutScores`);
     that point is kept when its held-out Brier scores beat those of the
     start's ``q`` by :func:`significant_gain` (without sites to start from,
     full-batch EP at the start on ``client``'s workers gives the start's).
-    The same returns; a learned point's sites are the search's on the
-    learning rows and zero on the held-out ones."""
-    learn, out, w_learn, w_out, start, bounds = _held_out_start(
+    The same returns; a learned point's sites are the search's on its rows
+    and zero on the others."""
+    learn, out, _, w_out, start, bounds = _held_out_start(
         best, X, t, kernel, options, inducing, Z, rng, weights
     )
+    if len(learn) > INDUCING_SEARCH_MAX_SAMPLES:
+        learn = np.sort(rng.choice(learn, INDUCING_SEARCH_MAX_SAMPLES, replace=False))
+    w_learn = None if weights is None else weights[learn]
     seed = int(rng.randint(np.iinfo(np.int32).max))
     X_learn, t_learn = X[learn], t[learn]
     task = reporter.task.subtask("inducing-input search", max_steps=None)
