@@ -42,7 +42,10 @@ training rows (digits: all 1347, quantiles-6: 2000, classification-8: 4000;
 the same held-out parts), ``n_inducing=128`` k-means inducing inputs for
 every model, multinomial against one-vs-rest and one-vs-one (scikit-learn's
 classifier has no sparse mode: at these sizes its exact fits are not the
-comparison).
+comparison), and ``mn-1e5``: the multinomial model with the default kernel's
+amplitude bound raised from 1e3 to 1e5 (the bound the binary problems lift
+theirs to when their evidence still climbs at 1e3; the multinomial model
+keeps 1e3 unless given such a kernel).
 
 The summary reports, without asserting, whether three targets hold: the
 multinomial model's held-out log-loss below one-vs-rest's and below
@@ -95,7 +98,9 @@ TIME_RATIO = 2.0
 METHODS = ("multinomial", "one_vs_rest", "one_vs_one", "sklearn")
 # The sparse mode's table: larger training parts, inducing inputs for all.
 SPARSE_DATA_SETS = ("digits", "classification-8", "quantiles-6")
-SPARSE_METHODS = ("multinomial", "one_vs_rest", "one_vs_one")
+SPARSE_METHODS = ("multinomial", "one_vs_rest", "one_vs_one", "mn-1e5")
+# mn-1e5's amplitude bounds.
+LIFTED_AMPLITUDE = (1e-5, 1e5)
 SPARSE_MAX_TRAIN = 4000
 SPARSE_N_INDUCING = 128
 
@@ -165,7 +170,15 @@ def make_model(method, X_train, optimizer="fmin_l_bfgs_b", n_inducing="auto"):
             n_jobs=1,
             random_state=0,
         )
+    kernel = None
+    if method == "mn-1e5":
+        ell = median_distance(X_train)
+        kernel = ConstantKernel(1.0, LIFTED_AMPLITUDE) * RBF(
+            ell, (1e-3 * ell, 1e3 * ell)
+        )
+        method = "multinomial"
     return TAPGaussianProcessClassifier(
+        kernel,
         multi_class=method,
         optimizer=optimizer,
         n_restarts_optimizer=0,
@@ -349,6 +362,11 @@ def report(all_results, title=None):
         "log-loss, error: held out; LOO error: the fit's own leave-one-out "
         "estimate; fit s: wall-clock seconds; / OvR: fit time over one-vs-rest's."
     )
+    if any("mn-1e5" in results for _, results in all_results.values()):
+        print(
+            "mn-1e5: the multinomial model, the default kernel's amplitude "
+            f"bounded by {LIFTED_AMPLITUDE[1]:g} instead of 1e3."
+        )
     messages = {
         (name, method, message): None
         for name, (_, results) in all_results.items()

@@ -13,7 +13,12 @@ import pytest
 from numpy.polynomial.hermite_e import hermegauss
 from scipy.special import ndtr
 from sklearn.base import clone
-from sklearn.datasets import load_iris, make_classification
+from sklearn.datasets import (
+    load_iris,
+    load_wine,
+    make_classification,
+    make_gaussian_quantiles,
+)
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF
 from sklearn.gaussian_process.kernels import ConstantKernel as C
@@ -415,6 +420,43 @@ def test_options_the_model_does_not_have_are_refused(params, match):
     model = TAPGaussianProcessClassifier(multi_class="multinomial", **params)
     with pytest.raises(ValueError, match=match):
         model.fit(X, y)
+
+
+@pytest.mark.filterwarnings("ignore:The optimal value found:UserWarning")
+@pytest.mark.filterwarnings(
+    "ignore:The optimal value found:sklearn.exceptions.ConvergenceWarning"
+)
+def test_an_amplitude_bound_that_holds_the_evidence_back_is_reported():
+    # Nested shells: the default kernel's amplitude ends at its bound of 1e3
+    # with the evidence climbing faster than a nat per e-fold there, and a
+    # kernel with the wider bound it names fits with a higher evidence.
+    # Wine's separable classes also end at the bound, but the saturated
+    # likelihood gains little there: no warning.
+    from sklearn_meanfield.tap._kernels import BINDING_AMPLITUDE_SLOPE
+
+    X, y = make_gaussian_quantiles(
+        n_samples=200, n_features=2, n_classes=4, random_state=0
+    )
+    X = (X - X.mean(0)) / X.std(0)
+    params = dict(multi_class="multinomial", random_state=0)
+    with pytest.warns(ConvergenceWarning, match="amplitude ran to its upper bound"):
+        model = TAPGaussianProcessClassifier(**params).fit(X, y)
+    _, gradient = model.log_marginal_likelihood(model.kernel_.theta, True)
+    assert gradient[0] > BINDING_AMPLITUDE_SLOPE
+    wider = TAPGaussianProcessClassifier(
+        C(1.0, (1e-5, 1e5)) * RBF(1.0, (1e-3, 1e3)), **params
+    ).fit(X, y)
+    assert wider.kernel_.k1.constant_value > 1.01e3
+    assert (
+        wider.log_marginal_likelihood_value_
+        > model.log_marginal_likelihood_value_ + 1.0
+    )
+    X, y = load_wine(return_X_y=True)
+    X = (X - X.mean(0)) / X.std(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        separable = TAPGaussianProcessClassifier(**params).fit(X, y)
+    assert separable.kernel_.k1.constant_value == pytest.approx(1e3)
 
 
 def test_a_constant_model_warns_with_advice():
