@@ -13,12 +13,11 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.base import clone
-from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, Matern
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.utils.estimator_checks import parametrize_with_checks
-from test_tap_multinomial import _dense_posterior, _params
+from test_tap_multinomial import _classes, _dense_posterior, _params
 
 from sklearn_meanfield import TAPGaussianProcessClassifier
 from sklearn_meanfield.tap import _multinomial as mn
@@ -29,19 +28,6 @@ from sklearn_meanfield.tap._sparse_multinomial import (
     effective_sites,
     sparse_multinomial_gradient,
 )
-
-
-def _classes(n=40, n_classes=3, seed=0):
-    return make_classification(
-        n_samples=n,
-        n_features=3,
-        n_informative=3,
-        n_redundant=0,
-        n_classes=n_classes,
-        n_clusters_per_class=1,
-        class_sep=1.0,
-        random_state=seed,
-    )
 
 
 def _fitc(kernel, X, Z, block_size=None):
@@ -139,7 +125,7 @@ def test_nested_ep_on_the_sparse_prior_is_nested_ep_on_the_fitc_matrix():
     "kernel",
     [
         C(2.0) * RBF(0.9),
-        C(1.5) * RBF([0.8, 1.3, 1.1]),
+        C(1.5) * RBF([0.8, 1.3, 1.1, 0.9]),
         C(1.2) * Matern(1.0, nu=1.5),
     ],
     ids=["rbf", "ard", "matern"],
@@ -206,7 +192,7 @@ def test_learned_kernel_and_log_marginal_likelihood_with_its_gradient():
         n_inducing=10,
         random_state=0,
     ).fit(X, y)
-    assert model.inducing_points_.shape == (10, 3)
+    assert model.inducing_points_.shape == (10, 4)
     value, gradient = model.log_marginal_likelihood(
         model.kernel_.theta, eval_gradient=True
     )
@@ -254,7 +240,7 @@ def test_a_weight_is_a_repeated_site_on_one_fitc_field():
     # inducing inputs at the training inputs.
     X, y = _classes(24, 3, 4)
     w = np.random.RandomState(1).randint(1, 4, len(y))
-    X_new = np.random.RandomState(2).normal(size=(10, 3))
+    X_new = np.random.RandomState(2).normal(size=(10, 4))
 
     def fit(Z, repeat):
         model = TAPGaussianProcessClassifier(**_params(inducing_points=Z))
