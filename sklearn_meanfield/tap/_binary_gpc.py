@@ -704,6 +704,18 @@ def retry_blind_kernel(
     return best, stopped
 
 
+def amplitude_bound_binds(best, kernel, options):
+    """Whether the default kernel's amplitude (:func:`~._kernels.default_kernel`,
+    its first log-hyperparameter) ends the optimiser run ``best`` at its upper
+    bound with the log evidence still climbing there faster than
+    :data:`~._kernels.BINDING_AMPLITUDE_SLOPE`: the bound, not the saturated
+    likelihood, holds the model back."""
+    if not options.default_kernel or best.gradient is None:
+        return False
+    high = np.log(kernel.k1.constant_value_bounds[1])
+    return best.theta[0] >= high - 1e-6 and best.gradient[0] > BINDING_AMPLITUDE_SLOPE
+
+
 def _lift_amplitude_bound(
     best, stopped, kernel, options, arguments_for, n_jobs, reporter
 ):
@@ -720,10 +732,7 @@ def _lift_amplitude_bound(
     :func:`best_optimiser_run` for a kernel.  Returns ``(best, stopped,
     kernel)``.
     """
-    if stopped or not options.default_kernel or best.gradient is None:
-        return best, stopped, kernel
-    high = np.log(kernel.k1.constant_value_bounds[1])
-    if best.theta[0] < high - 1e-6 or best.gradient[0] <= BINDING_AMPLITUDE_SLOPE:
+    if stopped or not amplitude_bound_binds(best, kernel, options):
         return best, stopped, kernel
     lifted = with_lifted_amplitude(kernel)
     reporter(

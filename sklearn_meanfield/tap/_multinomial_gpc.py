@@ -34,12 +34,13 @@ from ._binary_gpc import (
     _Search,
     _warn_at_bounds,
     _warn_unreliable,
+    amplitude_bound_binds,
     best_optimiser_run,
     check_restart_bounds,
     retry_blind_kernel,
 )
 from ._hooks import print_sweeps, sweep_steps
-from ._kernels import BINDING_AMPLITUDE_SLOPE, LIFTED_AMPLITUDE_BOUNDS
+from ._kernels import LIFTED_AMPLITUDE_BOUNDS
 from ._multinomial import (
     KernelPrior,
     multinomial_ep,
@@ -278,21 +279,16 @@ def _optimise(
 
 
 def _warn_binding_amplitude(best, kernel, options):
-    """ConvergenceWarning when the default kernel's amplitude ends at its
-    upper bound with the evidence still climbing faster than
-    :data:`~._kernels.BINDING_AMPLITUDE_SLOPE` there: the bound, not the
-    saturated likelihood, holds the model back (the binary problems go on
-    to a wider bound; nested EP, many sweeps slower there, leaves it to the
-    user)."""
-    if not options.default_kernel or best.gradient is None:
-        return
-    high = kernel.k1.constant_value_bounds[1]
-    slope = best.gradient[0]
-    if best.theta[0] < np.log(high) - 1e-6 or slope <= BINDING_AMPLITUDE_SLOPE:
+    """ConvergenceWarning when the default kernel's amplitude bound holds the
+    evidence back (:func:`~._binary_gpc.amplitude_bound_binds`): the binary
+    problems go on to a wider bound; nested EP, many sweeps slower there,
+    leaves it to the user."""
+    if not amplitude_bound_binds(best, kernel, options):
         return
     warnings.warn(
-        f"The kernel's amplitude ran to its upper bound ({high:.3g}) with the "
-        f"log evidence still climbing there ({slope:.3g} per e-fold): the "
+        "The kernel's amplitude ran to its upper bound "
+        f"({kernel.k1.constant_value_bounds[1]:.3g}) with the log evidence "
+        f"still climbing there ({best.gradient[0]:.3g} per e-fold): the "
         "probabilities may be less sharp than the data allow. A kernel with a "
         "wider bound, ConstantKernel(1.0, "
         f"{LIFTED_AMPLITUDE_BOUNDS}) * RBF(...), may fit better, for several "
