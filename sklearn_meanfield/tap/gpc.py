@@ -645,23 +645,12 @@ class TAPGaussianProcessClassifier(
         keep, weights = positive_site_weights(sample_weight, len(y_index))
         rows = None if len(keep) == len(y_index) else keep
         X_kept = _take(self.X_train_, rows)
-        optimise = self.optimizer is not None
-        restarts = 1 + self.n_restarts_optimizer * optimise
-        n_concurrent = max(1, min(effective_n_jobs(self.n_jobs), restarts))
         inducing = self._inducing_options(X)
         # Sparse mode under joblib's Dask backend: the row blocks live on the
         # workers, the restarts take turns here.
         client = None if inducing is None else dask_client()
-        if inducing is None:
-            check_multinomial_memory(
-                _num_samples(X_kept), self.n_classes_, kernel.n_dims, optimise,
-                n_concurrent,
-            )  # fmt: skip
-        elif client is None:
-            check_sparse_multinomial_memory(
-                _num_samples(X_kept), inducing.n_inducing, self.n_classes_,
-                n_concurrent,
-            )  # fmt: skip
+        if client is None:
+            self._check_memory(X_kept, kernel, 1, inducing)
         labels = y_index if rows is None else y_index[rows]
         with fit_progress(self, self.verbose, max_steps=1, X=X, y=y) as reporter:
             fit = fit_multinomial(
@@ -805,12 +794,26 @@ class TAPGaussianProcessClassifier(
         (:func:`~sklearn_meanfield.tap._footprint.gp_fit_peak_bytes`);
         sparse mode: the ``n x m`` arrays of every concurrent worker
         (:func:`~sklearn_meanfield.tap._sparse_gpc.sparse_fit_peak_bytes`).
+        The multinomial model's one problem: its ``n x n`` arrays a class, or
+        its ``n x m`` and ``C m x C m`` ones
+        (:mod:`~sklearn_meanfield.tap._multinomial_gpc`).
         """
         optimise = self.optimizer is not None
         parallel_tasks = (
             n_problems if n_problems > 1 else 1 + self.n_restarts_optimizer * optimise
         )
         n_concurrent = max(1, min(effective_n_jobs(self.n_jobs), parallel_tasks))
+        if self._multinomial():
+            n = _num_samples(X)
+            if inducing is None:
+                check_multinomial_memory(
+                    n, self.n_classes_, kernel.n_dims, optimise, n_concurrent
+                )
+            else:
+                check_sparse_multinomial_memory(
+                    n, inducing.n_inducing, self.n_classes_, n_concurrent
+                )
+            return
         if inducing is not None:
             check_sparse_fit_memory(
                 _num_samples(X),
