@@ -406,6 +406,53 @@ def test_restarts_give_the_same_model_for_any_n_jobs():
     np.testing.assert_array_equal(one.predict_proba(X), two.predict_proba(X))
 
 
+def test_nested_ep_ends_on_the_rounding_floor_of_its_factors():
+    # A tolerance of zero cannot be met: the residual falls to the factors'
+    # rounding and wanders there, and the run ends three sweeps after its
+    # lowest residual instead of at max_iter.
+    X, y = _classes(25, 3, 5)
+    K = (C(2.0) * RBF(1.5))(X)
+    run = dict(tol=0.0, max_iter=300, damping=1.0)
+    ended = mn.multinomial_ep(K, y, 3, floor_sweeps=3, **run)
+    assert not ended.converged
+    assert ended.n_iter < 150
+    assert ended.residual < 1e-10
+    # Its residual is that of the factors it returns: a run from them that
+    # stops at once reports it again.
+    again = mn.multinomial_ep(K, y, 3, start=[(ended.tau, ended.nu)], tol=np.inf)
+    assert again.n_iter == 0
+    assert again.residual == pytest.approx(ended.residual, rel=1e-6)
+    # Without the rule nothing else ends the run.
+    capped = mn.multinomial_ep(K, y, 3, **{**run, "max_iter": ended.n_iter + 20})
+    assert capped.n_iter == ended.n_iter + 20
+
+
+def test_a_polish_ended_on_the_rounding_floor_keeps_its_factors(monkeypatch):
+    # With a polish tolerance below any rounding floor the polish ends on
+    # the floor; its factors meet the fit's tolerance, so the fit keeps them
+    # (and its leave-one-out estimate) rather than the unpolished ones.
+    from sklearn_meanfield.tap import _multinomial_gpc
+
+    X, y = _classes(25, 3, 5)
+    params = _params(tol=1e-5)
+    unpolished = TAPGaussianProcessClassifier(**_params(tol=1e-5, max_iter=1000))
+    monkeypatch.setattr(_multinomial_gpc, "_POLISH_TOL", 1e-5)
+    unpolished.fit(X, y)
+    monkeypatch.setattr(_multinomial_gpc, "_POLISH_TOL", 0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        floor = TAPGaussianProcessClassifier(**params).fit(X, y)
+    reference = TAPGaussianProcessClassifier(**_params(tol=1e-12)).fit(X, y)
+    assert unpolished.n_iter_ < floor.n_iter_
+    assert floor.n_iter_ < unpolished.n_iter_ + _multinomial_gpc._POLISH_SWEEPS
+    assert np.isfinite(floor.loo_error_)
+    np.testing.assert_allclose(
+        floor.predict_proba(X), reference.predict_proba(X), atol=1e-9
+    )
+    np.testing.assert_allclose(floor.loo_proba_, reference.loo_proba_, atol=1e-9)
+    assert np.abs(unpolished.predict_proba(X) - reference.predict_proba(X)).max() > 1e-8
+
+
 @pytest.mark.parametrize(
     "params, match",
     [

@@ -47,7 +47,7 @@ References
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.linalg import blas, cho_solve, cholesky, lapack, solve_triangular
+from scipy.linalg import blas, cho_solve, cholesky, lapack
 from scipy.special import log_ndtr
 
 from ._acceleration import AndersonMixing
@@ -239,6 +239,12 @@ class CoupledPosterior:
         self.E = E
         self.pi = pi
         self.P_factor = cholesky(E.sum(axis=0), lower=True, check_finite=False)
+        # Every class's products go through L_P^-1: one triangular inverse,
+        # then triangular products, which BLAS runs about twice as fast as
+        # the triangular solves they replace.
+        self.P_factor_inverse, info = lapack.dtrtri(self.P_factor, lower=1)
+        if info:
+            raise np.linalg.LinAlgError("P is singular")
         # log |I + K Pi| = sum_c log |B_c| + log |P| - sum_i log S_i.
         self.log_det = (
             log_det
@@ -310,11 +316,15 @@ class CoupledPosterior:
             KE = K_cross.T @ self.E
         n_classes, m, n = KE.shape
         reduction = np.einsum("cmi,im->mc", KE, K_cross)
-        # One triangular solve for every class at once: the C-ordered
+        # One triangular product for every class at once: the C-ordered
         # (C, m, n) stack is the Fortran-ordered (n, C m) matrix of the
-        # columns E_c k, solved in place.
-        blas.dtrsm(
-            1.0, self.P_factor, KE.reshape(n_classes * m, n).T, lower=1, overwrite_b=1
+        # columns E_c k, multiplied by L_P^-1 in place.
+        blas.dtrmm(
+            1.0,
+            self.P_factor_inverse,
+            KE.reshape(n_classes * m, n).T,
+            lower=1,
+            overwrite_b=1,
         )
         U = KE.transpose(1, 0, 2)  # (m, C, n): L_P^-1 E_c k as rows
         coupling = U @ U.transpose(0, 2, 1)
@@ -344,9 +354,7 @@ class CoupledPosterior:
         # (a symmetric rank-k update: half a matrix product's work).
         coupled = np.zeros((n, n), order="F")
         for c in range(self.n_classes):
-            J = solve_triangular(
-                self.P_factor, self.E[c], lower=True, check_finite=False
-            )
+            J = blas.dtrmm(1.0, self.P_factor_inverse, self.E[c], lower=1)
             coupled = blas.dsyrk(1.0, J, beta=1.0, c=coupled, trans=1, overwrite_c=1)
         upper = np.triu(coupled, 1)
         coupled = upper + upper.T + np.diag(np.diag(coupled))
@@ -680,6 +688,9 @@ class MultinomialSolution:
     converged : bool
     posterior : CoupledPosterior or SparseCoupledPosterior
     stopped : bool
+    residual : float
+        The largest change one more sweep would make to a factor, in its
+        natural units (what ``tol`` bounds).
     """
 
     tau: np.ndarray
@@ -694,6 +705,7 @@ class MultinomialSolution:
     stopped: bool = False
     labels: np.ndarray = field(repr=False, default=None)
     weights: object = field(repr=False, default=None)
+    residual: float = np.inf
 
     def loo_cavities(self):
         """Each point's cavity with its whole (weighted) site removed: the
@@ -752,6 +764,7 @@ def multinomial_ep(
     tol=1e-5,
     damping=0.8,
     on_iteration=None,
+    floor_sweeps=None,
 ):
     """Nested EP for the multinomial probit GP classifier, parallel updates.
 
@@ -784,10 +797,16 @@ def multinomial_ep(
     damping : float in (0, 1]
     on_iteration : callable or None
         ``on_iteration(sweep)`` after every sweep; True stops the run.
+    floor_sweeps : int or None
+        Stop, not converged, once this many sweeps in a row bring no
+        residual below the lowest so far: the residual has reached the
+        rounding floor of the factors (a polish to a tolerance near machine
+        precision ends there rather than at ``max_iter``).
 
     Returns
     -------
     MultinomialSolution
+        Its ``residual`` is that of the returned factors.
     """
     if isinstance(prior, np.ndarray):
         prior = KernelPrior(prior)
@@ -812,6 +831,8 @@ def multinomial_ep(
     undo = None  # the iterate before an accelerated step, to fall back to
     converged = stopped = False
     n_iter = 0
+    lowest_residual = np.inf
+    sweeps_above_lowest = 0
     while True:
         pi, nu_f, log_scale = outer_sites(sites, labels, n_classes)
         pi_w, nu_w = pi * column, nu_f * column
@@ -829,6 +850,12 @@ def multinomial_ep(
             converged = True
             break
         if n_iter >= max_iter:
+            break
+        if residual < lowest_residual:
+            lowest_residual, sweeps_above_lowest = residual, 0
+        else:
+            sweeps_above_lowest += 1
+        if floor_sweeps is not None and sweeps_above_lowest >= floor_sweeps:
             break
         n_iter += 1
         if on_iteration is not None and on_iteration(
@@ -879,6 +906,7 @@ def multinomial_ep(
         log_evidence=log_evidence,
         n_iter=n_iter,
         converged=converged,
+        residual=residual,
         posterior=posterior,
         stopped=stopped,
         labels=labels,

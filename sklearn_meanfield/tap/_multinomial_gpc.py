@@ -297,9 +297,17 @@ def _warn_binding_amplitude(best, kernel, options):
     )
 
 
+# The polish ends once this many sweeps in a row bring no residual below
+# the lowest so far: at a large kernel amplitude the factors' rounding floor
+# can lie above _POLISH_TOL (about 1e-8 at an amplitude of 1000), and sweeps
+# there change nothing.
+_POLISH_FLOOR_SWEEPS = 3
+
+
 def _final_solve(prior, labels, n_classes, options, sites, stopped, reporter, weights):
     """Nested EP at the fitted kernel (a callback subtask, a step per sweep),
-    polished to ``_POLISH_TOL`` as the binary final solve is."""
+    polished to ``_POLISH_TOL`` as the binary final solve is, or to the
+    factors' rounding floor when that lies above it."""
     solve = ProgressReporter(
         options.verbose,
         reporter.prefix,
@@ -308,7 +316,7 @@ def _final_solve(prior, labels, n_classes, options, sites, stopped, reporter, we
     sweeps = sweep_steps(solve)
     max_iter = 1 if stopped else options.max_iter
 
-    def run(start, tol, max_iter, on_iteration):
+    def run(start, tol, max_iter, on_iteration, floor_sweeps=None):
         return multinomial_ep(
             prior,
             labels,
@@ -319,6 +327,7 @@ def _final_solve(prior, labels, n_classes, options, sites, stopped, reporter, we
             tol=tol,
             damping=options.damping,
             on_iteration=on_iteration,
+            floor_sweeps=floor_sweeps,
         )
 
     with solve.task:
@@ -330,10 +339,16 @@ def _final_solve(prior, labels, n_classes, options, sites, stopped, reporter, we
                 return sweeps(sweep._replace(number=sweep.number + done))
 
             polished = run(
-                [(solution.tau, solution.nu)], _POLISH_TOL, _POLISH_SWEEPS, more_sweeps
+                [(solution.tau, solution.nu)],
+                _POLISH_TOL,
+                _POLISH_SWEEPS,
+                more_sweeps,
+                _POLISH_FLOOR_SWEEPS,
             )
-            if polished.converged and not polished.stopped:
+            # Ended on the floor, the polished factors still meet ``tol``.
+            if not polished.stopped and polished.residual <= options.tol:
                 polished.n_iter += done
+                polished.converged = True
                 solution = polished
     stopped |= solution.stopped
     reporter(
@@ -403,10 +418,11 @@ def fit_multinomial(
 
 
 # n x n arrays at the peak of a sweep, per class (E_c, and E_c K and its
-# triangular solve while the marginal covariances are formed) and in all
-# (the kernel matrix, the sum of the E_c and its factor).
+# product with L_P^-1 while the marginal covariances are formed) and in all
+# (the kernel matrix, the sum of the E_c, its factor and the factor's
+# inverse).
 _ARRAYS_PER_CLASS = 3
-_SHARED_ARRAYS = 3
+_SHARED_ARRAYS = 4
 
 
 def multinomial_fit_peak_bytes(n, n_classes, n_params, optimise, n_concurrent):
