@@ -67,7 +67,7 @@ References
 """
 
 import numpy as np
-from scipy.linalg import cholesky, lapack, solve_triangular
+from scipy.linalg import lapack, solve_triangular
 
 from ._multinomial import site_precisions
 from ._sparse import (
@@ -197,7 +197,10 @@ def combine_statistics(precision, shift, log_det):
 
     Parameters
     ----------
-    precision, shift, log_det
+    precision : ndarray of shape (C m, C m)
+        Sum of :func:`block_statistics` over all blocks (C-ordered; only
+        its upper triangle is read).  Overwritten by ``A_inv``.
+    shift, log_det
         Sums of :func:`block_statistics` over all blocks.
 
     Returns
@@ -212,17 +215,22 @@ def combine_statistics(precision, shift, log_det):
     numpy.linalg.LinAlgError
         When ``A`` is not positive definite.
     """
-    A = np.triu(precision)
-    # Only the diagonal blocks' upper triangles are trusted: mirror the rest.
-    A = A + np.triu(A, 1).T
-    A[np.diag_indices_from(A)] += 1.0
-    chol_A = cholesky(A, lower=True, check_finite=False)
-    A_inv, info = lapack.dpotri(chol_A, lower=1)
+    size = precision.shape[0]
+    precision.flat[:: size + 1] += 1.0
+    # LAPACK works in place on the transpose, a Fortran-ordered view whose
+    # lower triangle is the buffer's upper one: the factor, then the inverse
+    # there, with zeros in the other triangle.
+    factor, info = lapack.dpotrf(precision.T, lower=1, clean=1, overwrite_a=1)
     if info:
         raise np.linalg.LinAlgError("A is not positive definite")
-    A_inv = np.tril(A_inv) + np.tril(A_inv, -1).T
+    log_det = log_det + 2.0 * float(np.sum(np.log(np.diag(factor))))
+    inverse, info = lapack.dpotri(factor, lower=1, overwrite_c=1)
+    if info:
+        raise np.linalg.LinAlgError("A is not positive definite")
+    A_inv = inverse.T
+    A_inv += inverse
+    A_inv.flat[:: size + 1] *= 0.5
     mean_W = A_inv @ shift
-    log_det = log_det + 2.0 * float(np.sum(np.log(np.diag(chol_A))))
     return A_inv, mean_W, log_det
 
 
