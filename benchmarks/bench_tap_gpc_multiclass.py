@@ -51,10 +51,14 @@ given such a kernel).
 The summary reports, without asserting, whether three targets hold: the
 multinomial model's held-out log-loss below one-vs-rest's and below
 scikit-learn's on every data set; ``|loo_error_ - held-out error| <= 0.02``
-for the multinomial model (next to the standard error of that difference:
-binomial at the leave-one-out rate, over the training rows for the one and
-the held-out rows for the other; on the small sets it exceeds 0.02);
-and the multinomial fit time at most 2x one-vs-rest's.
+for the multinomial model; and the multinomial fit time at most 2x
+one-vs-rest's.  On one split the leave-one-out and held-out errors differ
+by sampling alone with a standard error of 0.02 to 0.04 on these sets, more
+than the tolerance, so the leave-one-out target takes the mean difference
+over several stratified splits (``random_state`` 0, the table's, 1, 2, ...;
+20 for iris and wine, 3 for digits, 5 for the other two, 3 for every set
+of the sparse table, at most 3 with ``--quick``), next to the standard
+error of that mean from the splits' spread.
 
 Run: ``python benchmarks/bench_tap_gpc_multiclass.py [--quick]
 [--datasets NAME ...] [--blas-threads K]``; ``--quick`` runs iris, wine,
@@ -96,6 +100,17 @@ MAX_TEST = 2000
 SMALL_TEST_FRACTION = 0.3
 LOO_GAP = 0.02
 TIME_RATIO = 2.0
+# Splits of the leave-one-out target (the table's split is the first): the
+# small sets' fits take a fraction of a second, the larger ones' many.
+LOO_SPLITS = {
+    "iris": 20,
+    "wine": 20,
+    "digits": 3,
+    "classification-8": 5,
+    "quantiles-6": 5,
+}
+LOO_SPLITS_SPARSE = 3
+LOO_SPLITS_QUICK = 3  # the larger sets' with --quick
 
 METHODS = ("multinomial", "one_vs_rest", "one_vs_one", "sklearn")
 # The sparse mode's table: larger training parts, inducing inputs for all.
@@ -137,8 +152,9 @@ DATA_SETS = {
 QUICK_DATA_SETS = ("iris", "wine", "digits", "quantiles-6")
 
 
-def load(name, max_train):
-    """Standardised stratified train and held-out parts of a data set."""
+def load(name, max_train, seed=0):
+    """Standardised stratified train and held-out parts of a data set, the
+    split drawn with ``random_state=seed``."""
     loader, small = DATA_SETS[name]
     X, y = loader()
     if small:
@@ -147,11 +163,11 @@ def load(name, max_train):
         n_train = min(max_train, len(y) // 2)
         sizes = {"train_size": n_train, "test_size": min(MAX_TEST, len(y) - n_train)}
     X_train, X_test, y_train, y_test = train_test_split(
-        X, y, stratify=y, random_state=0, **sizes
+        X, y, stratify=y, random_state=seed, **sizes
     )
     if len(y_train) > max_train:
         X_train, _, y_train, _ = train_test_split(
-            X_train, y_train, train_size=max_train, stratify=y_train, random_state=0
+            X_train, y_train, train_size=max_train, stratify=y_train, random_state=seed
         )
     scaler = StandardScaler().fit(X_train)
     return scaler.transform(X_train), y_train, scaler.transform(X_test), y_test
@@ -282,7 +298,7 @@ def verdict(failures):
     return "holds" if not failures else "does not hold (" + ", ".join(failures) + ")"
 
 
-def summary(all_results):
+def summary(all_results, loo_pairs):
     """One line per target: whether it holds, and where it fails."""
     names = list(all_results)
     lines = []
@@ -300,19 +316,17 @@ def summary(all_results):
             f"({len(names) - len(failures)}/{len(names)}): {verdict(failures)}."
         )
     gaps, failures = [], []
-    for name, (shape, r) in all_results.items():
-        m = r["multinomial"]
-        loo = np.nan if m["loo"] is None else m["loo"]
-        # The standard error of the difference of two error rates, over the
-        # training rows (LOO) and the held-out rows, binomial at the LOO rate
-        # (the held-out rate itself may be 0 on a small test set).
-        se = np.sqrt(loo * (1 - loo) * (1 / shape[0] + 1 / shape[1]))
-        gap = abs(loo - m["error"])
-        gaps.append(f"{name} {gap:.4f} (se {se:.4f})")
+    for name, pairs in loo_pairs.items():
+        # The mean over the splits of the paired difference, and its
+        # standard error from their spread.
+        difference = pairs[:, 0] - pairs[:, 1]
+        gap = abs(difference.mean())
+        se = difference.std(ddof=1) / np.sqrt(len(difference))
+        gaps.append(f"{name} {gap:.4f} (se {se:.4f}, {len(difference)} splits)")
         if not gap <= LOO_GAP:
             failures.append(name)
     lines.append(
-        f"Multinomial |LOO error - held-out error| <= {LOO_GAP} "
+        f"Multinomial |mean LOO error - mean held-out error| <= {LOO_GAP} "
         f"[{'; '.join(gaps)}]: {verdict(failures)}."
     )
     ratios, failures = [], []
@@ -349,7 +363,27 @@ def measure_sets(names, max_train, methods, n_inducing="auto"):
     return all_results
 
 
-def report(all_results, title=None):
+def loo_splits(all_results, max_train, n_splits, n_inducing="auto"):
+    """The multinomial model's leave-one-out and held-out errors on
+    ``n_splits(name)`` splits of every set, the table's first: an array of
+    ``(loo, error)`` rows per set."""
+    pairs = {}
+    for name, (_, results) in all_results.items():
+        first = results["multinomial"]
+        rows = [(first["loo"], first["error"])]
+        for seed in range(1, n_splits(name)):
+            r = measure("multinomial", *load(name, max_train, seed), n_inducing)
+            rows.append((r["loo"], r["error"]))
+            print(
+                f"  {name} multinomial, split {seed}: LOO {r['loo']:.3f}, "
+                f"error {r['error']:.3f}, fit {r['seconds']:.2f} s",
+                flush=True,
+            )
+        pairs[name] = np.array(rows, dtype=float)
+    return pairs
+
+
+def report(all_results, loo_pairs, title=None):
     """The table (under ``title``), the warnings' messages and the targets'
     summary."""
     print()
@@ -383,11 +417,11 @@ def report(all_results, title=None):
             print(f"* {name} {method}: {message}")
     print()
     print("Targets (not asserted):")
-    for line in summary(all_results):
+    for line in summary(all_results, loo_pairs):
         print(f"* {line}")
 
 
-def run(names, max_train, sparse_names=()):
+def run(names, max_train, sparse_names=(), quick=False):
     blas = [
         f"{info['internal_api']} {info['num_threads']} thread(s)"
         for info in threadpool_info()
@@ -400,7 +434,13 @@ def run(names, max_train, sparse_names=()):
         flush=True,
     )
     warm_up()
-    report(measure_sets(names, max_train, METHODS))
+
+    def n_splits(name):
+        small = DATA_SETS[name][1]
+        return LOO_SPLITS[name] if small or not quick else LOO_SPLITS_QUICK
+
+    results = measure_sets(names, max_train, METHODS)
+    report(results, loo_splits(results, max_train, n_splits))
     if sparse_names:
         print()
         title = (
@@ -411,7 +451,10 @@ def run(names, max_train, sparse_names=()):
         results = measure_sets(
             sparse_names, SPARSE_MAX_TRAIN, SPARSE_METHODS, SPARSE_N_INDUCING
         )
-        report(results, title=f"{title} Table:")
+        pairs = loo_splits(
+            results, SPARSE_MAX_TRAIN, lambda name: LOO_SPLITS_SPARSE, SPARSE_N_INDUCING
+        )
+        report(results, pairs, title=f"{title} Table:")
 
 
 def main():
@@ -437,7 +480,7 @@ def main():
     sparse_names = () if args.quick else [n for n in SPARSE_DATA_SETS if n in names]
     limit = args.blas_threads if args.blas_threads > 0 else None
     with threadpool_limits(limits=limit, user_api="blas"):
-        run(names, max_train, sparse_names)
+        run(names, max_train, sparse_names, quick=args.quick)
 
 
 if __name__ == "__main__":
