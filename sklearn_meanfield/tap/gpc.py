@@ -179,6 +179,8 @@ class TAPGaussianProcessClassifier(
         final solve then goes on to 1e-9, a few sweeps more (a fit with the
         kernel fixed takes up to twice as long for it), so that fits of one
         model agree to 1e-7: weighted rows and their repeats, any row order.
+        The multinomial model stops short of it where its factors' rounding
+        does (near 1e-8 at a kernel amplitude of 1000).
     damping : float in (0, 1], default=0.8
         Initial fraction of each parallel site update that is taken; reduced
         automatically when the updates oscillate.
