@@ -153,13 +153,51 @@ def test_evidence_gradient_matches_finite_differences(kernel):
         )
 
     theta, h = kernel.theta, 1e-5
-    gradient = sparse_multinomial_gradient(solve(theta), kernel, Z)
+    gradient, _ = sparse_multinomial_gradient(solve(theta), kernel, Z)
     numeric = [
         (solve(theta + h * e).log_evidence - solve(theta - h * e).log_evidence)
         / (2 * h)
         for e in np.eye(len(theta))
     ]
     np.testing.assert_allclose(gradient, numeric, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        C(1.5) * RBF(1.2),
+        C(1.5) * RBF([1.2, 0.8, 1.5, 1.0]),
+        C(1.5) * Matern(1.2, nu=1.5),
+    ],
+    ids=["rbf", "ard", "matern"],
+)
+def test_evidence_gradient_in_the_inducing_inputs_matches_finite_differences(kernel):
+    # The inducing inputs enter K_mm and K_nm only; the same adjoints give
+    # their gradient.  Central differences as for theta.
+    X, labels = _classes(25, 3, 3)
+    Z = X[::5] + 0.2
+    weights = np.random.RandomState(0).randint(1, 3, size=25).astype(float)
+
+    def solve(Z):
+        fitc = FITCPosterior.from_kernel(kernel, X, Z, jitter=0.0, block_size=7)
+        return mn.multinomial_ep(
+            SparseCoupledPrior(fitc), labels, 3, weights=weights, tol=1e-12,
+            max_iter=2000,
+        )  # fmt: skip
+
+    theta, Z_gradient = sparse_multinomial_gradient(solve(Z), kernel, Z, inducing=True)
+    theta_only, none = sparse_multinomial_gradient(solve(Z), kernel, Z)
+    np.testing.assert_allclose(theta, theta_only, rtol=1e-12)
+    assert none is None
+    h = 1e-5
+    numeric = np.zeros_like(Z)
+    for index in np.ndindex(Z.shape):
+        step = np.zeros_like(Z)
+        step[index] = h
+        numeric[index] = (
+            solve(Z + step).log_evidence - solve(Z - step).log_evidence
+        ) / (2 * h)
+    np.testing.assert_allclose(Z_gradient, numeric, rtol=1e-5, atol=1e-6)
 
 
 def test_inducing_inputs_at_the_training_inputs_give_the_exact_model():

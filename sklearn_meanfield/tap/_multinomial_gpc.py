@@ -166,7 +166,7 @@ def _evaluate(
     )
     gradient = None
     if eval_gradient and sparse is not None:
-        gradient = sparse_multinomial_gradient(solution, kernel, sparse.Z)
+        gradient, _ = sparse_multinomial_gradient(solution, kernel, sparse.Z)
     elif eval_gradient:
         gradient = multinomial_evidence_gradient(solution, K_gradient)
     if sparse is not None:

@@ -73,6 +73,7 @@ from ._multinomial import site_precisions
 from ._sparse import (
     _rbf_weights,
     _right_solve_rows,
+    _rows_inducing_gradient,
     _rows_kernel_gradient,
     _weighted_gram,
     add_inducing_share,
@@ -368,12 +369,14 @@ class SparseCoupledPrior:
         return SparseCoupledPosterior(self, pi, nu_f)
 
 
-def sparse_multinomial_gradient(solution, kernel, Z):
-    """The evidence gradient in ``kernel.theta`` at the fixed inducing inputs.
+def sparse_multinomial_gradient(solution, kernel, Z, inducing=False):
+    """The evidence gradient in ``kernel.theta`` (and in ``Z``).
 
     Each block contracts its own ``b x m`` adjoint with the kernel's
-    derivatives (:func:`~sklearn_meanfield.tap._sparse._rows_kernel_gradient`);
-    only ``m x m`` statistics and ``n_params`` partial sums leave it.
+    derivatives (:func:`~sklearn_meanfield.tap._sparse._rows_kernel_gradient`,
+    :func:`~sklearn_meanfield.tap._sparse._rows_inducing_gradient`); only
+    ``m x m`` statistics and ``n_params`` (and ``m x d``) partial sums leave
+    it.
 
     Parameters
     ----------
@@ -382,10 +385,13 @@ def sparse_multinomial_gradient(solution, kernel, Z):
         :meth:`~sklearn_meanfield.tap._sparse.FITCPosterior.from_kernel`.
     kernel : scikit-learn kernel
     Z : ndarray of shape (m, n_features)
+    inducing : bool, default=False
+        Also the gradient in ``Z``.
 
     Returns
     -------
-    ndarray of shape (n_params,)
+    theta_gradient : ndarray of shape (n_params,)
+    Z_gradient : ndarray of shape (m, n_features) or None
     """
     posterior = solution.posterior
     fitc = posterior.prior.fitc
@@ -399,17 +405,21 @@ def sparse_multinomial_gradient(solution, kernel, Z):
     inner = M.T @ M + diagonal_blocks
     inner[np.diag_indices(m)] -= n_classes
     theta = np.zeros(kernel.n_dims)
-    for block_theta, statistic in fitc.executor.map(
+    Z_gradient = np.zeros(np.shape(Z)) if inducing else None
+    for block_theta, block_Z, statistic in fitc.executor.map(
         _coupled_gradient_task,
         fitc.parts,
         posterior.pi,
         posterior.nu_f,
-        shared=(posterior.mean_W, posterior.A_inv, fitc.chol_mm, kernel, Z),
-    ):
+        shared=(
+            posterior.mean_W, posterior.A_inv, fitc.chol_mm, kernel, Z, bool(inducing)
+        ),
+    ):  # fmt: skip
         theta += block_theta
         inner -= statistic
-    theta, _ = add_inducing_share(theta, None, inner, fitc.chol_mm, kernel, Z)
-    return theta
+        if inducing:
+            Z_gradient += block_Z
+    return add_inducing_share(theta, Z_gradient, inner, fitc.chol_mm, kernel, Z)
 
 
 # Block tasks: module-level functions of one RowBlock (pickled to Dask
@@ -424,10 +434,15 @@ def _coupled_marginals_task(block, pi_b, nu_b, mean_W, A_inv):
     return block_marginals(block.U, block.d, pi_b, nu_b, mean_W, A_inv)
 
 
-def _coupled_gradient_task(block, pi_b, nu_b, mean_W, A_inv, chol_mm, kernel, Z):
+def _coupled_gradient_task(
+    block, pi_b, nu_b, mean_W, A_inv, chol_mm, kernel, Z, inducing
+):
     G_nm, g_nn, statistic = block_adjoints(
         block.U, block.d, pi_b, nu_b, mean_W, A_inv, chol_mm
     )
     W = _rbf_weights(G_nm, kernel, block.X, Z)
     theta = _rows_kernel_gradient(G_nm, g_nn, kernel, block.X, Z, rbf_weights=W)
-    return theta, statistic
+    Z_part = None
+    if inducing:
+        Z_part = _rows_inducing_gradient(G_nm, kernel, block.X, Z, rbf_weights=W)
+    return theta, Z_part, statistic
