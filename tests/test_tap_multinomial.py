@@ -459,7 +459,6 @@ def test_a_polish_ended_on_the_rounding_floor_keeps_its_factors(monkeypatch):
         (dict(likelihood="logistic"), "multinomial probit"),
         (dict(label_noise=0.1), "multinomial probit"),
         (dict(method="naive"), "method='tap'"),
-        (dict(n_inducing=10, optimize_inducing_points=True), "keeps its inducing"),
     ],
 )
 def test_options_the_model_does_not_have_are_refused(params, match):

@@ -360,13 +360,98 @@ def test_sparse_multinomial_fit_on_a_dask_cluster_equals_the_local_fit(monkeypat
     } <= names
 
 
-def test_learning_the_inducing_inputs_is_refused():
-    X, y = _classes(30, 3, 0)
-    model = TAPGaussianProcessClassifier(
-        multi_class="multinomial", n_inducing=5, optimize_inducing_points=True
+def _regions(n, seed, noise=0.03):
+    """Three classes on the square [-2, 2]^2: below the curve
+    ``sin(2 x0) + x1^2 = 1``, and above it with x1 positive or negative; a
+    share ``noise`` of the labels moved to another class."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2.0, 2.0, size=(n, 2))
+    above = np.sin(2 * X[:, 0]) + X[:, 1] ** 2 > 1.0
+    y = np.where(above, np.where(X[:, 1] > 0, 1, 2), 0)
+    flip = rng.uniform(size=n) < noise
+    y[flip] = (y[flip] + rng.integers(1, 3, size=np.sum(flip))) % 3
+    return X, y
+
+
+def _kernel_then_start_only(evaluated):
+    """L-BFGS-B for the kernel (two parameters); the joint search of the
+    kernel and the inducing inputs evaluates its start only."""
+
+    def optimizer(obj_func, initial_theta, bounds):
+        if len(initial_theta) == 2:
+            return _fmin_l_bfgs_b(obj_func, initial_theta, bounds)
+        evaluated.append(np.array(initial_theta))
+        value, _ = obj_func(initial_theta)
+        return initial_theta, value
+
+    return optimizer
+
+
+def _fmin_l_bfgs_b(obj_func, initial_theta, bounds):
+    from scipy.optimize import fmin_l_bfgs_b
+
+    theta, value, _ = fmin_l_bfgs_b(obj_func, initial_theta, bounds=bounds)
+    return theta, value
+
+
+def test_learned_inducing_inputs_fall_back_to_the_fixed_fit_exactly():
+    # With no point but the start to compare, the fit is the fit with the
+    # inputs kept at their start, bit for bit; the joint search starts at
+    # the kernel's optimum and the k-means inputs.
+    X, y = _regions(150, 0)
+    evaluated = []
+    params = dict(multi_class="multinomial", n_inducing=6, random_state=0)
+    learned = TAPGaussianProcessClassifier(
+        optimizer=_kernel_then_start_only(evaluated),
+        optimize_inducing_points=True,
+        **params,
+    ).fit(X, y)
+    fixed = TAPGaussianProcessClassifier(
+        optimizer=_kernel_then_start_only([]), **params
+    ).fit(X, y)
+    assert len(evaluated) == 1
+    np.testing.assert_allclose(
+        evaluated[0][:2], fixed.kernel_.theta, rtol=1e-14, atol=1e-14
     )
-    with pytest.raises(ValueError, match="keeps its inducing inputs"):
-        model.fit(X, y)
+    np.testing.assert_array_equal(evaluated[0][2:], fixed.inducing_points_.ravel())
+    np.testing.assert_array_equal(learned.inducing_points_, fixed.inducing_points_)
+    np.testing.assert_array_equal(learned.predict_proba(X), fixed.predict_proba(X))
+    np.testing.assert_array_equal(learned.loo_proba_, fixed.loo_proba_)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_learning_inducing_inputs_from_a_poor_start_lowers_the_test_loss(seed):
+    # Ten inducing inputs started in one corner of the square cannot follow
+    # the regions' boundaries; learned, they move out.  The learned model is
+    # the one its kernel and inputs give when fixed.
+    from sklearn.metrics import log_loss
+
+    X, y = _regions(600, 30 + seed)
+    X_test, y_test = _regions(3000, 40 + seed)
+    start = np.random.default_rng(seed).uniform(-2.0, -1.5, size=(10, 2))
+    losses, models = {}, {}
+    for learn in (False, True):
+        model = TAPGaussianProcessClassifier(
+            multi_class="multinomial",
+            inducing_points=start,
+            optimize_inducing_points=learn,
+            random_state=seed,
+        ).fit(X, y)
+        losses[learn] = log_loss(y_test, model.predict_proba(X_test))
+        models[learn] = model
+    learned = models[True]
+    assert np.max(np.abs(learned.inducing_points_ - start)) > 0.5
+    assert losses[True] < losses[False]
+    given = TAPGaussianProcessClassifier(
+        learned.kernel_,
+        multi_class="multinomial",
+        inducing_points=learned.inducing_points_,
+        optimizer=None,
+    ).fit(X, y)
+    np.testing.assert_allclose(
+        given.predict_proba(X_test), learned.predict_proba(X_test), atol=1e-12
+    )
+    np.testing.assert_allclose(given.loo_proba_, learned.loo_proba_, atol=1e-12)
 
 
 def test_memory_is_checked_before_any_work(monkeypatch):

@@ -31,6 +31,7 @@ from ._binary_gpc import (
     _POLISH_SWEEPS,
     _POLISH_TOL,
     _Evaluation,
+    _OptimizerRun,
     _Search,
     _warn_at_bounds,
     _warn_unreliable,
@@ -50,6 +51,8 @@ from ._multinomial import (
 from ._sparse import DaskBlocks, FITCPosterior
 from ._sparse_gpc import (
     _PREDICT_BLOCK_BYTES,
+    _HeldOutSearch,
+    _learn_inducing_points,
     initial_inducing_points,
     row_blocks,
 )
@@ -141,9 +144,17 @@ def _evaluate(
     weights=None,
     printer=None,
     sparse=None,
+    learn_inputs=False,
 ):
     """Nested EP at ``theta`` (on the ``sparse`` mode's :class:`SparsePrior`,
-    or exact when None): an :class:`_Evaluation` (never degenerate)."""
+    or exact when None): an :class:`_Evaluation` (never degenerate).  With
+    ``learn_inputs`` the inducing inputs follow the kernel's entries in
+    ``theta``, and the gradient covers them too."""
+    if learn_inputs:
+        theta = np.asarray(theta, dtype=float)
+        head = kernel.n_dims
+        sparse = sparse._replace(Z=theta[head:].reshape(sparse.Z.shape))
+        theta = theta[:head]
     kernel = kernel.clone_with_theta(theta)
     K_gradient = None
     if sparse is not None:
@@ -166,7 +177,11 @@ def _evaluate(
     )
     gradient = None
     if eval_gradient and sparse is not None:
-        gradient, _ = sparse_multinomial_gradient(solution, kernel, sparse.Z)
+        gradient, Z_gradient = sparse_multinomial_gradient(
+            solution, kernel, sparse.Z, inducing=learn_inputs
+        )
+        if learn_inputs:
+            gradient = np.concatenate([gradient, Z_gradient.ravel()])
     elif eval_gradient:
         gradient = multinomial_evidence_gradient(solution, K_gradient)
     if sparse is not None:
@@ -230,6 +245,44 @@ class _MultinomialSearch(_Search):
             printer=self.printer,
             sparse=self.sparse,
         )
+
+
+@dataclass
+class _MultinomialHeldOutSearch(_HeldOutSearch):
+    """The binary problems' held-out search of the kernel and the inducing
+    inputs on the multinomial model's evidence; the held-out rows' score is
+    the multi-class Brier score ``sum_c (p_c - [y = c])^2`` of the nested-EP
+    predictive probabilities (twice the binary problems' for two classes)."""
+
+    n_classes: int = 2
+
+    def evaluate(self, params, start, eval_gradient, max_iter=None):
+        options = self.options
+        if max_iter is not None:
+            options = replace(options, max_iter=max_iter)
+        return _evaluate(
+            params,
+            self.X,
+            self.t,
+            self.n_classes,
+            self.kernel,
+            options,
+            start,
+            eval_gradient=eval_gradient,
+            tol=max(self.options.tol, self.tol),
+            weights=self.weights,
+            printer=self.printer,
+            sparse=SparsePrior(self.Z, self.inducing.jitter, self.blocks),
+            learn_inputs=True,
+        )
+
+    def held_out_losses(self, solution, kernel, options, Z):
+        mean, cov = solution.posterior.predict(
+            kernel(Z, self.X_out), kernel.diag(self.X_out)
+        )
+        proba = predictive_proba(mean, cov)
+        proba[np.arange(len(self.t_out)), self.t_out] -= 1.0
+        return np.sum(proba**2, axis=1)
 
 
 def _optimise(
@@ -369,10 +422,11 @@ def fit_multinomial(
 
     A pure function of its arguments (and ``seed``): restarts run in
     parallel with ``n_jobs`` on any joblib backend with identical results.
-    ``inducing`` (an :class:`~._sparse_gpc.InducingOptions`, inputs not
-    learned) selects the sparse mode, whose row blocks live on the workers
-    of the Dask ``client`` when one is given (the restarts then take turns
-    here); the k-means seed is drawn from ``seed`` first.  Returns a
+    ``inducing`` (an :class:`~._sparse_gpc.InducingOptions`) selects the
+    sparse mode, whose row blocks live on the workers of the Dask ``client``
+    when one is given (the restarts then take turns here); the k-means seed
+    and the held-out split of the inducing-input search (when the inputs are
+    learned) are drawn from ``seed`` first.  Returns a
     :class:`MultinomialFit`.
     """
     reporter = ProgressReporter(options.verbose, options.prefix, task=task)
@@ -385,19 +439,36 @@ def fit_multinomial(
         Z = initial_inducing_points(X, inducing, kmeans_seed, weights)
         sparse = SparsePrior(Z, inducing.jitter, row_blocks(len(X), len(Z), client))
         matrix = min(matrix, n_classes * len(Z))
+        # The held-out rows of the inducing-input search.
+        split_rng = np.random.RandomState(rng.randint(2**31 - 1))
     with reporter.task, blas_threads_for_matrix(matrix):
         stopped = False
         sites = None
-        if options.optimizer is not None and kernel.n_dims > 0:
-            best, stopped = _optimise(
-                X, labels, n_classes, kernel, options, seed, n_jobs, reporter,
-                weights, sparse,
-            )  # fmt: skip
-            kernel = kernel.clone_with_theta(best.theta)
+        learn_inputs = sparse is not None and inducing.learn
+        if options.optimizer is not None and (kernel.n_dims > 0 or learn_inputs):
+            # The kernel first, at the starting inducing inputs; then, when
+            # they are learned, both, watched on held-out rows.
+            best = _OptimizerRun(np.empty(0), np.nan, None, False)
+            if kernel.n_dims > 0:
+                best, stopped = _optimise(
+                    X, labels, n_classes, kernel, options, seed, n_jobs, reporter,
+                    weights, sparse,
+                )  # fmt: skip
+                kernel = kernel.clone_with_theta(best.theta)
+                if not stopped:
+                    _warn_at_bounds(kernel, options)
+                    _warn_binding_amplitude(best, kernel, options)
             sites = best.sites
-            if not stopped:
-                _warn_at_bounds(kernel, options)
-                _warn_binding_amplitude(best, kernel, options)
+            if learn_inputs and not stopped:
+                point, sites, stopped = _learn_inducing_points(
+                    best, X, labels, kernel, options, inducing, sparse.Z,
+                    split_rng, reporter, weights, client,
+                    search_type=_MultinomialHeldOutSearch,
+                    fields={"n_classes": n_classes},
+                )  # fmt: skip
+                head = kernel.n_dims
+                kernel = kernel.clone_with_theta(point[:head])
+                sparse = sparse._replace(Z=point[head:].reshape(sparse.Z.shape))
         else:
             kernel = kernel.clone_with_theta(kernel.theta)
         prior = KernelPrior(kernel(X)) if sparse is None else sparse.at(kernel, X)

@@ -572,13 +572,16 @@ class _HeldOutSearch(_SparseSearch):
             raise _Patience
         return value, gradient
 
+    def held_out_losses(self, solution, kernel, options, Z):
+        """The held-out rows' Brier scores under ``solution``."""
+        likelihood = options.make_likelihood()
+        return held_out_losses(solution, kernel, likelihood, Z, self.X_out, self.t_out)
+
     def _watch(self, theta, solution):
         kernel, options, Z = _split(
             theta, self.kernel, self.options, self.inducing, self.Z
         )
-        losses = held_out_losses(
-            solution, kernel, options.make_likelihood(), Z, self.X_out, self.t_out
-        )
+        losses = self.held_out_losses(solution, kernel, options, Z)
         mean = _mean(losses, self.w_out)
         if self.baseline is None:
             self.baseline, self.lowest, self.since_lowest = losses, mean, -1
@@ -688,23 +691,25 @@ def _report_inducing_choice(reporter, scores=None):
 
 
 def _learn_inducing_points(best, X, t, kernel, options, inducing, Z, rng, reporter,
-                           weights, client):  # fmt: skip
+                           weights, client, search_type=None, fields=None):  # fmt: skip
     """The inducing inputs learned with the kernel from the fixed-input
     optimum ``best``, on all but a held-out share of the rows (see
     ``VALIDATION_FRACTION``); the start when no point of the search lowers
     the held-out Brier score significantly.  Returns the point of the search
     space (kernel, label noise, inducing inputs), the sites to warm-start
     the final solve from (None for a learned point: they are the learning
-    rows' only) and whether a callback asked to stop."""
+    rows' only) and whether a callback asked to stop.  ``search_type``
+    (default :class:`_HeldOutSearch`, with its extra ``fields``) is the
+    model's held-out search."""
     learn, out, w_learn, w_out, start, bounds = _held_out_start(
         best, X, t, kernel, options, inducing, Z, rng, weights
     )
-    search = _HeldOutSearch(
+    search = (search_type or _HeldOutSearch)(
         X[learn], t[learn], kernel, options, w_learn,
         reporter.task.subtask("inducing-input search", max_steps=None), theta=start,
         printer=_evaluation_printer(options), bounds=bounds, inducing=inducing, Z=Z,
         blocks=row_blocks(len(learn), len(Z), client), X_out=X[out], t_out=t[out],
-        w_out=w_out,
+        w_out=w_out, **(fields or {}),
     )  # fmt: skip
     stopped = _drive_search(search, start).stopped
     if search.choice is None:

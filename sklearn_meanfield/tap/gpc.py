@@ -225,9 +225,9 @@ class TAPGaussianProcessClassifier(
         the evidence), keeping the point whose Brier score on the other 10%
         beats the start's significantly (FITC's evidence alone over-fits the
         inputs), else the start; ``m * n_features`` more parameters and
-        several times the fit time.  Needs an ``optimizer``; the binary
-        problems only (the multinomial model keeps its inducing inputs).
-        See :ref:`sparse_gpc`.
+        several times the fit time.  Needs an ``optimizer``.  The
+        multinomial model scores the held-out rows by the multi-class Brier
+        score of its predictive probabilities.  See :ref:`sparse_gpc`.
     n_jobs : int, default=None
         Workers for the multi-class problems (or, for two classes and the
         multinomial model, restarts);
@@ -634,12 +634,6 @@ class TAPGaussianProcessClassifier(
             raise ValueError(
                 "multi_class='multinomial' is solved by nested EP, the adaptive "
                 "TAP fixed point: method='tap' (got method='naive')."
-            )
-        if self.optimize_inducing_points:
-            raise ValueError(
-                "multi_class='multinomial' keeps its inducing inputs where they "
-                "start (optimize_inducing_points=False); to learn them use "
-                "'one_vs_rest'."
             )
 
     def _fit_multinomial(self, X, y, y_index, kernel, sample_weight, rng):
