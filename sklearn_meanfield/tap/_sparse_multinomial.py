@@ -51,8 +51,8 @@ G_i[c, d] u_i' S_dc`` (``sum_c W_cc U``), the adjoints of
     G_mm = -1/2 L^-T (M M' - C I + sum_c S_cc - U' diag(r) U) L^-1,
 
 ``r_i = |a_i|^2 - tr(G_i - G_i V_i G_i)`` the diagonal of ``R``, and the
-kernel's derivatives are contracted with them by the binary sparse mode's
-code.
+kernel's derivatives, in its hyperparameters and in the inducing inputs,
+are contracted with them by the binary sparse mode's code.
 
 References
 ----------
