@@ -319,10 +319,14 @@ def test_restarts_give_the_same_model_for_any_n_jobs():
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-def test_sparse_multinomial_fit_on_a_dask_cluster_equals_the_local_fit(monkeypatch):
+@pytest.mark.parametrize("learn", [False, True])
+def test_sparse_multinomial_fit_on_a_dask_cluster_equals_the_local_fit(
+    monkeypatch, learn
+):
     # Under joblib's dask backend the row blocks live on the workers (every
-    # sweep and gradient maps over them), the restarts take turns here: the
-    # local model, to rounding.  Blocks of 16 rows (m = 6) give 4 of them.
+    # sweep and gradient maps over them, the inducing-input search's too),
+    # the restarts take turns here: the local model, to rounding.  Blocks of
+    # 16 rows (m = 6) give 4 of them.
     pytest.importorskip("distributed")
     from dask_helpers import local_dask_client
     from distributed import get_task_stream
@@ -338,6 +342,7 @@ def test_sparse_multinomial_fit_on_a_dask_cluster_equals_the_local_fit(monkeypat
         n_inducing=6,
         n_restarts_optimizer=1,
         random_state=0,
+        optimize_inducing_points=learn,
     )
     local = TAPGaussianProcessClassifier(**params, n_jobs=1).fit(X, y)
     with (
@@ -351,6 +356,9 @@ def test_sparse_multinomial_fit_on_a_dask_cluster_equals_the_local_fit(monkeypat
         remote.predict_proba(X), local.predict_proba(X), rtol=1e-8, atol=1e-12
     )
     np.testing.assert_allclose(remote.loo_proba_, local.loo_proba_, atol=1e-8)
+    np.testing.assert_allclose(
+        remote.inducing_points_, local.inducing_points_, rtol=1e-8, atol=1e-10
+    )
     names = {task["key"].split("-")[0] for task in stream.data}
     assert {
         "_whiten_task",
