@@ -18,6 +18,7 @@ from sklearn.gaussian_process.kernels import RBF, Matern
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.utils.estimator_checks import parametrize_with_checks
 from test_tap_multinomial import _classes, _dense_posterior, _params
+from test_tap_sparse_gpc import _kernel_then_start_only
 
 from sklearn_meanfield import TAPGaussianProcessClassifier
 from sklearn_meanfield.tap import _multinomial as mn
@@ -379,27 +380,6 @@ def _regions(n, seed, noise=0.03):
     flip = rng.uniform(size=n) < noise
     y[flip] = (y[flip] + rng.integers(1, 3, size=np.sum(flip))) % 3
     return X, y
-
-
-def _kernel_then_start_only(evaluated):
-    """L-BFGS-B for the kernel (two parameters); the joint search of the
-    kernel and the inducing inputs evaluates its start only."""
-
-    def optimizer(obj_func, initial_theta, bounds):
-        if len(initial_theta) == 2:
-            return _fmin_l_bfgs_b(obj_func, initial_theta, bounds)
-        evaluated.append(np.array(initial_theta))
-        value, _ = obj_func(initial_theta)
-        return initial_theta, value
-
-    return optimizer
-
-
-def _fmin_l_bfgs_b(obj_func, initial_theta, bounds):
-    from scipy.optimize import fmin_l_bfgs_b
-
-    theta, value, _ = fmin_l_bfgs_b(obj_func, initial_theta, bounds=bounds)
-    return theta, value
 
 
 def test_learned_inducing_inputs_fall_back_to_the_fixed_fit_exactly():

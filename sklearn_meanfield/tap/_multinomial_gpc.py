@@ -228,23 +228,34 @@ class _MultinomialSearch(_Search):
     sparse: SparsePrior = None
 
     def evaluate(self, theta, start, eval_gradient, max_iter=None):
-        options = self.options
-        if max_iter is not None:
-            options = replace(options, max_iter=max_iter)
-        return _evaluate(
-            theta,
-            self.X,
-            self.t,
-            self.n_classes,
-            self.kernel,
-            options,
-            start,
-            eval_gradient=eval_gradient,
-            tol=max(self.options.tol, self.tol),
-            weights=self.weights,
-            printer=self.printer,
-            sparse=self.sparse,
+        return _search_evaluation(
+            self, theta, start, eval_gradient, max_iter, self.sparse
         )
+
+
+def _search_evaluation(
+    search, theta, start, eval_gradient, max_iter, sparse, learn_inputs=False
+):
+    """A multinomial search's :meth:`~._binary_gpc._Search.evaluate`, on
+    ``sparse`` (None: exact), ``learn_inputs`` as for :func:`_evaluate`."""
+    options = search.options
+    if max_iter is not None:
+        options = replace(options, max_iter=max_iter)
+    return _evaluate(
+        theta,
+        search.X,
+        search.t,
+        search.n_classes,
+        search.kernel,
+        options,
+        start,
+        eval_gradient=eval_gradient,
+        tol=max(search.options.tol, search.tol),
+        weights=search.weights,
+        printer=search.printer,
+        sparse=sparse,
+        learn_inputs=learn_inputs,
+    )
 
 
 @dataclass
@@ -257,23 +268,9 @@ class _MultinomialHeldOutSearch(_HeldOutSearch):
     n_classes: int = 2
 
     def evaluate(self, params, start, eval_gradient, max_iter=None):
-        options = self.options
-        if max_iter is not None:
-            options = replace(options, max_iter=max_iter)
-        return _evaluate(
-            params,
-            self.X,
-            self.t,
-            self.n_classes,
-            self.kernel,
-            options,
-            start,
-            eval_gradient=eval_gradient,
-            tol=max(self.options.tol, self.tol),
-            weights=self.weights,
-            printer=self.printer,
-            sparse=SparsePrior(self.Z, self.inducing.jitter, self.blocks),
-            learn_inputs=True,
+        sparse = SparsePrior(self.Z, self.inducing.jitter, self.blocks)
+        return _search_evaluation(
+            self, params, start, eval_gradient, max_iter, sparse, learn_inputs=True
         )
 
     def held_out_losses(self, solution, kernel, options, Z):
