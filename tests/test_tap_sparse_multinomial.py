@@ -319,6 +319,34 @@ def test_restarts_give_the_same_model_for_any_n_jobs():
     np.testing.assert_array_equal(one.predict_proba(X), two.predict_proba(X))
 
 
+@pytest.mark.parametrize("multi_class", ["multinomial", "one_vs_rest"])
+def test_a_kernel_without_free_hyperparameters_learns_only_the_inputs(multi_class):
+    # Nothing to learn in the kernel: the search is of the inducing inputs
+    # alone, from a poor start as above.
+    from sklearn.metrics import log_loss
+
+    X, y = _regions(600, 30)
+    X_test, y_test = _regions(3000, 40)
+    start = np.random.default_rng(0).uniform(-2.0, -1.5, size=(10, 2))
+    kernel = C(4.0, "fixed") * RBF(0.7, "fixed")
+    losses = {}
+    for learn in (False, True):
+        model = TAPGaussianProcessClassifier(
+            kernel,
+            multi_class=multi_class,
+            inducing_points=start,
+            optimize_inducing_points=learn,
+            random_state=0,
+        ).fit(X, y)
+        losses[learn] = log_loss(y_test, model.predict_proba(X_test))
+    learned = np.asarray(model.inducing_points_)
+    assert np.max(np.abs(learned - start)) > 0.5
+    assert losses[True] < losses[False]
+    thetas = [k.theta for k in getattr(model.kernel_, "kernels", [model.kernel_])]
+    for theta in thetas:
+        np.testing.assert_array_equal(theta, kernel.theta)
+
+
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 @pytest.mark.parametrize("learn", [False, True])
 def test_sparse_multinomial_fit_on_a_dask_cluster_equals_the_local_fit(

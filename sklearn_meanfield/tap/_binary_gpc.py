@@ -188,7 +188,8 @@ _LABEL_NOISE_START = 0.01
 def _search_space(kernel, options):
     """Start and bounds of the optimiser: the kernel's log-hyperparameters,
     then ``log(label_noise)`` when it is learned."""
-    theta, bounds = kernel.theta, kernel.bounds
+    # A kernel without free hyperparameters has bounds of shape (0,).
+    theta, bounds = kernel.theta, np.reshape(kernel.bounds, (-1, 2))
     if options.learns_label_noise:
         theta = np.append(theta, np.log(_LABEL_NOISE_START))
         bounds = np.vstack([bounds, np.log(LABEL_NOISE_BOUNDS)])
