@@ -18,7 +18,7 @@ from sklearn.gaussian_process.kernels import RBF, Matern
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.utils.estimator_checks import parametrize_with_checks
 from test_tap_multinomial import _classes, _dense_posterior, _params
-from test_tap_sparse_gpc import _kernel_then_start_only
+from test_tap_sparse_gpc import _central_differences, _kernel_then_start_only
 
 from sklearn_meanfield import TAPGaussianProcessClassifier
 from sklearn_meanfield.tap import _multinomial as mn
@@ -122,6 +122,16 @@ def test_nested_ep_on_the_sparse_prior_is_nested_ep_on_the_fitc_matrix():
     np.testing.assert_allclose(sparse.loo_proba(), dense.loo_proba(), atol=1e-8)
 
 
+def _nested_ep_on_fitc(kernel, X, Z, labels, weights):
+    """Nested EP, converged to 1e-12, on the FITC prior of ``kernel`` at
+    ``Z`` in blocks of 7 rows."""
+    fitc = FITCPosterior.from_kernel(kernel, X, Z, jitter=0.0, block_size=7)
+    return mn.multinomial_ep(
+        SparseCoupledPrior(fitc), labels, 3, weights=weights, tol=1e-12,
+        max_iter=2000,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "kernel",
     [
@@ -140,26 +150,13 @@ def test_evidence_gradient_matches_finite_differences(kernel):
     Z = X[::5] + 0.2
     weights = np.random.RandomState(0).randint(1, 3, size=25).astype(float)
 
-    def solve(theta):
-        fitc = FITCPosterior.from_kernel(
-            kernel.clone_with_theta(theta), X, Z, jitter=0.0, block_size=7
-        )
-        return mn.multinomial_ep(
-            SparseCoupledPrior(fitc),
-            labels,
-            3,
-            weights=weights,
-            tol=1e-12,
-            max_iter=2000,
-        )
+    def log_evidence(theta):
+        at = kernel.clone_with_theta(theta)
+        return _nested_ep_on_fitc(at, X, Z, labels, weights).log_evidence
 
-    theta, h = kernel.theta, 1e-5
-    gradient, _ = sparse_multinomial_gradient(solve(theta), kernel, Z)
-    numeric = [
-        (solve(theta + h * e).log_evidence - solve(theta - h * e).log_evidence)
-        / (2 * h)
-        for e in np.eye(len(theta))
-    ]
+    solution = _nested_ep_on_fitc(kernel, X, Z, labels, weights)
+    gradient, _ = sparse_multinomial_gradient(solution, kernel, Z)
+    numeric = _central_differences(log_evidence, kernel.theta)
     np.testing.assert_allclose(gradient, numeric, rtol=1e-5, atol=1e-6)
 
 
@@ -179,25 +176,16 @@ def test_evidence_gradient_in_the_inducing_inputs_matches_finite_differences(ker
     Z = X[::5] + 0.2
     weights = np.random.RandomState(0).randint(1, 3, size=25).astype(float)
 
-    def solve(Z):
-        fitc = FITCPosterior.from_kernel(kernel, X, Z, jitter=0.0, block_size=7)
-        return mn.multinomial_ep(
-            SparseCoupledPrior(fitc), labels, 3, weights=weights, tol=1e-12,
-            max_iter=2000,
-        )  # fmt: skip
+    def log_evidence(z):
+        at = z.reshape(Z.shape)
+        return _nested_ep_on_fitc(kernel, X, at, labels, weights).log_evidence
 
-    theta, Z_gradient = sparse_multinomial_gradient(solve(Z), kernel, Z, inducing=True)
-    theta_only, none = sparse_multinomial_gradient(solve(Z), kernel, Z)
+    solution = _nested_ep_on_fitc(kernel, X, Z, labels, weights)
+    theta, Z_gradient = sparse_multinomial_gradient(solution, kernel, Z, inducing=True)
+    theta_only, none = sparse_multinomial_gradient(solution, kernel, Z)
     np.testing.assert_allclose(theta, theta_only, rtol=1e-12)
     assert none is None
-    h = 1e-5
-    numeric = np.zeros_like(Z)
-    for index in np.ndindex(Z.shape):
-        step = np.zeros_like(Z)
-        step[index] = h
-        numeric[index] = (
-            solve(Z + step).log_evidence - solve(Z - step).log_evidence
-        ) / (2 * h)
+    numeric = _central_differences(log_evidence, Z.ravel()).reshape(Z.shape)
     np.testing.assert_allclose(Z_gradient, numeric, rtol=1e-5, atol=1e-6)
 
 
