@@ -11,7 +11,9 @@ import warnings
 import numpy as np
 import pytest
 from numpy.polynomial.hermite_e import hermegauss
+from scipy.integrate import quad
 from scipy.special import ndtr
+from scipy.stats import norm
 from sklearn.base import clone
 from sklearn.datasets import (
     load_iris,
@@ -217,17 +219,60 @@ def test_two_classes_reduce_to_the_binary_probit():
     np.testing.assert_allclose(loo, expected, atol=1e-8)
 
 
-def test_evidence_gradient_matches_finite_differences():
+@pytest.mark.parametrize(
+    "mean, var, power",
+    [(0.3, 0.8, 0.5), (-2.5, 4.0, 0.3), (4.0, 0.2, 0.9), (-1.0, 25.0, 0.05)],
+)
+def test_a_tempered_factor_matches_the_moments_of_its_tilted_density(mean, var, power):
+    # The Gaussian factor of Phi(s)**e under N(s | mean, var): the cavity
+    # times the factor has the tilted density's mean and variance, and the
+    # normaliser is its integral (adaptive quadrature over the real line).
+    def tilted(k):
+        return quad(
+            lambda s: s**k * norm.pdf(s, mean, np.sqrt(var)) * ndtr(s) ** power,
+            -np.inf,
+            np.inf,
+            epsabs=0.0,
+            epsrel=1e-12,
+            limit=200,
+        )[0]
+
+    z0, z1, z2 = tilted(0), tilted(1), tilted(2)
+    beta, nu, log_z = mn._factor_update(
+        np.array([mean]), np.array([var]), np.array([power])
+    )
+    precision = 1.0 / var + beta[0]
+    assert beta[0] >= 0.0
+    assert log_z[0] == pytest.approx(np.log(z0), rel=1e-9, abs=1e-10)
+    assert (mean / var + nu[0]) / precision == pytest.approx(z1 / z0, abs=1e-8)
+    assert 1.0 / precision == pytest.approx(z2 / z0 - (z1 / z0) ** 2, rel=1e-7)
+    # At power one the factor is the probit's closed form.
+    closed = mn._probit_update(np.array([mean]), np.array([var]))
+    at_one = mn._factor_update(np.array([mean]), np.array([var]), np.array([1.0]))
+    np.testing.assert_array_equal(np.concatenate(at_one), np.concatenate(closed))
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_evidence_gradient_matches_finite_differences(weighted):
+    # At a fixed point the evidence is stationary in the factors, with
+    # weights too: copies of a site above one, the tempered likelihood below
+    # one.  Central differences of step h err by O(h^2) and by EP's
+    # tolerance over h.
     X, y = _classes(30, 3, 2)
     kernel = C(2.0) * RBF(1.2)
+    w = None
+    if weighted:
+        w = np.random.RandomState(0).uniform(0.2, 3.0, len(y))
+        assert np.any(w < 1.0) and np.any(w > 1.0)
 
     def evidence(theta, gradient=False):
         k = kernel.clone_with_theta(theta)
+        K, dK = k(X, eval_gradient=True)
+        solution = mn.multinomial_ep(K, y, 3, weights=w, tol=1e-12, max_iter=2000)
+        assert solution.converged
         if gradient:
-            K, dK = k(X, eval_gradient=True)
-            solution = mn.multinomial_ep(K, y, 3, tol=1e-12, max_iter=2000)
             return solution.log_evidence, mn.multinomial_evidence_gradient(solution, dK)
-        return mn.multinomial_ep(k(X), y, 3, tol=1e-12, max_iter=2000).log_evidence
+        return solution.log_evidence
 
     theta = kernel.theta
     _, gradient = evidence(theta, gradient=True)
@@ -295,11 +340,12 @@ def test_integer_weights_equal_repeated_rows():
 
 
 def test_weights_below_one_give_a_proper_fit_between_dropping_and_repeating():
-    # A weight below one removes the whole site for its cavity (one copy
-    # would leave an improper cavity: at amplitude 1000 on iris every
-    # weight 0.3 did).  The fixed point moves continuously with the
-    # weights, by O(change): a weight just below one is the unweighted
-    # row, a weight near zero is the row dropped.
+    # A weight below one tempers the row's probit factors and its cavity
+    # removes the whole site (one copy of the untempered site would leave
+    # an improper cavity: at amplitude 1000 on iris every weight 0.3 did).
+    # The fixed point moves continuously with the weights, by O(change): a
+    # weight just below one is the unweighted row, a weight near zero is
+    # the row dropped.
     X, y = load_iris(return_X_y=True)
     X = (X - X.mean(0)) / X.std(0)
     rows = np.arange(0, 150, 2)

@@ -148,7 +148,8 @@ def test_evidence_gradient_matches_finite_differences(kernel):
     # tolerance over h.
     X, labels = _classes(25, 3, 3)
     Z = X[::5] + 0.2
-    weights = np.random.RandomState(0).randint(1, 3, size=25).astype(float)
+    # Copies of a site above one, the tempered likelihood below one.
+    weights = np.random.RandomState(0).uniform(0.3, 2.5, size=25)
 
     def log_evidence(theta):
         at = kernel.clone_with_theta(theta)
@@ -174,7 +175,8 @@ def test_evidence_gradient_in_the_inducing_inputs_matches_finite_differences(ker
     # their gradient.  Central differences as for theta.
     X, labels = _classes(25, 3, 3)
     Z = X[::5] + 0.2
-    weights = np.random.RandomState(0).randint(1, 3, size=25).astype(float)
+    # Copies of a site above one, the tempered likelihood below one.
+    weights = np.random.RandomState(0).uniform(0.3, 2.5, size=25)
 
     def log_evidence(z):
         at = z.reshape(Z.shape)

@@ -51,6 +51,7 @@ from scipy.linalg import blas, cho_solve, cholesky, lapack
 from scipy.special import log_ndtr
 
 from ._acceleration import AndersonMixing
+from ._likelihoods import NoisyStepLikelihood, QuadraturePowered
 from ._sweep import Sweep
 
 __all__ = [
@@ -88,6 +89,10 @@ _MIN_DAMPING = 0.05
 _ANDERSON_MEMORY = 5
 _ANDERSON_MAX_RESIDUAL = 0.5
 _ANDERSON_REJECT_RATIO = 2.0
+# An inner factor's probit Phi(s) is the binary probit of unit width, whose
+# powers below one (the factors of a row of weight below one) the binary
+# problems integrate by quadrature.
+_UNIT_PROBIT = NoisyStepLikelihood(0.0, 1.0)
 
 
 def other_classes(labels, n_classes):
@@ -404,6 +409,34 @@ def _probit_update(cavity_mean, cavity_var):
     return beta, nu, log_phi
 
 
+def _factor_update(cavity_mean, cavity_var, exponent=None):
+    """Moment-matched Gaussian factor of ``Phi(s)**e`` under ``N(m, v)``.
+
+    ``exponent`` holds each row's ``e`` (None: all one).  Where ``e = 1``
+    this is :func:`_probit_update`; a tempered factor's moments come from
+    the quadrature of the binary problems' tempered probit
+    (:class:`~sklearn_meanfield.tap._likelihoods.QuadraturePowered`).
+    ``Phi**e`` is log-concave, so the factor's precision is non-negative.
+
+    Returns the factor's precision and precision-mean and ``log E[Phi**e]``.
+    """
+    beta, nu, log_z = _probit_update(cavity_mean, cavity_var)
+    if exponent is None:
+        return beta, nu, log_z
+    low = exponent < 1.0
+    if not np.any(low):
+        return beta, nu, log_z
+    m, v = cavity_mean[low], cavity_var[low]
+    powered = QuadraturePowered(_UNIT_PROBIT, exponent[low])
+    log_z[low], slope, curvature = powered.moments(np.ones(len(m)), m, v)
+    # slope = d log Z / dm, curvature = -d^2 log Z / dm^2 in [0, 1 / v).
+    curvature = np.clip(curvature, 0.0, (1.0 - 1e-12) / v)
+    keep = 1.0 - v * curvature
+    beta[low] = curvature / keep
+    nu[low] = (slope + m * curvature) / keep
+    return beta, nu, log_z
+
+
 def _directions(labels, n_classes):
     """The inner factors' directions ``b_j = e_y - e_j + e_u`` as index
     arrays: label, other class, and the auxiliary's index ``C``."""
@@ -475,7 +508,14 @@ def _inner_posterior(cavity_mean, cavity_cov, labels, sites):
 
 
 def inner_ep(
-    cavity_mean, cavity_cov, labels, sites, n_sweeps, tol=0.0, normalisers=True
+    cavity_mean,
+    cavity_cov,
+    labels,
+    sites,
+    n_sweeps,
+    tol=0.0,
+    normalisers=True,
+    exponent=None,
 ):
     """Sweeps of the inner EP over each row's ``C - 1`` probit factors.
 
@@ -499,6 +539,10 @@ def inner_ep(
     normalisers : bool, default=True
         False skips the normalisers (None is returned for them): the outer
         iteration needs them only at its end.
+    exponent : ndarray of shape (n,) or None, default=None
+        Each row's power ``e`` in ``(0, 1]`` of its probit factors (the
+        tempered factors ``Phi**e`` of a row of weight ``e`` below one);
+        None: all one.
 
     Returns
     -------
@@ -509,7 +553,9 @@ def inner_ep(
         updated factors (each from its cavity in the final Gaussian), for
         the EP evidence.
     log_normaliser : ndarray of shape (n,)
-        Nested EP's approximation of ``log E[p(y | f)]`` under the cavity.
+        Nested EP's approximation of ``log E[p(y | f)]`` under the cavity
+        (of the tempered likelihood, ``E_u[prod_j Phi**e]``, on a row whose
+        ``exponent`` is below one).
     """
     n, n_classes = cavity_mean.shape
     beta, nu = sites.beta.copy(), sites.nu.copy()
@@ -524,7 +570,7 @@ def inner_ep(
             Sb, s_var, s_mean, m, tau = _factor_cavity(
                 mu, Sigma, beta[:, k], nu[:, k], rows, label, others[:, k], aux
             )
-            new_beta, new_nu, _ = _probit_update(m, 1.0 / tau)
+            new_beta, new_nu, _ = _factor_update(m, 1.0 / tau, exponent)
             d_beta = new_beta - beta[:, k]
             d_nu = new_nu - nu[:, k]
             largest = max(
@@ -550,7 +596,10 @@ def inner_ep(
         _, _, _, m, tau = _factor_cavity(
             mu, Sigma, beta[:, k], nu[:, k], rows, label, others[:, k], aux
         )
-        log_phi = log_ndtr(m / np.sqrt(1.0 + 1.0 / tau))
+        if exponent is None:
+            log_phi = log_ndtr(m / np.sqrt(1.0 + 1.0 / tau))
+        else:
+            _, _, log_phi = _factor_update(m, 1.0 / tau, exponent)
         log_site_norm += (
             log_phi
             + 0.5 * np.log1p(beta[:, k] / tau)
@@ -712,26 +761,48 @@ class MultinomialSolution:
         posterior of its latent values given the other points."""
         n_classes = self.mean.shape[1]
         pi, nu_f, _ = outer_sites(InnerSites(self.tau, self.nu), self.labels, n_classes)
-        power = 1.0 if self.weights is None else self.weights
-        return cavities(self.mean, self.cov, pi, nu_f, power)
+        copies, _ = _site_copies(self.weights)
+        return cavities(self.mean, self.cov, pi, nu_f, copies)
 
     def loo_proba(self):
         """Leave-one-out class probabilities of the training points."""
         return predictive_proba(*self.loo_cavities())
 
 
-def _evidence(posterior, nu_w, log_scale, log_site_norm, weights):
+def _site_copies(weights):
+    """The copies of each row's site and the power of its probit factors.
+
+    A weight ``w >= 1`` is ``w`` copies of the site (power EP: the cavity
+    removes one copy, so an integer weight is the row repeated).  Below one
+    the row is one site of the tempered likelihood ``E_u[prod_j Phi**w]``
+    (plain EP on it, as the binary problems temper theirs): the cavity
+    removes the whole site, which a log-concave factor keeps proper, and the
+    evidence stays stationary in the factors, so its gradient is exact.
+
+    Returns
+    -------
+    copies : float or ndarray of shape (n,)
+        ``max(w, 1)`` (1.0 when unweighted).
+    exponent : ndarray of shape (n,) or None
+        ``min(w, 1)``, or None when no weight is below one.
+    """
+    if weights is None:
+        return 1.0, None
+    exponent = np.minimum(weights, 1.0)
+    return np.maximum(weights, 1.0), exponent if np.any(exponent < 1.0) else None
+
+
+def _evidence(posterior, nu_w, log_scale, log_site_norm, copies):
     """Nested EP's log marginal likelihood at a fixed point.
 
     ``-log|I + K Pi| / 2 + nu' mean / 2`` (the Gaussian sites under the
     prior) plus every copy of every site's constants: the ``u`` integral's
     ``log_scale`` and the inner factors' normalisers.
     """
-    w = 1.0 if weights is None else weights
     return float(
         -0.5 * posterior.log_det
         + 0.5 * np.sum(nu_w * posterior.mean)
-        + np.sum(w * (log_scale + log_site_norm))
+        + np.sum(copies * (log_scale + log_site_norm))
     )
 
 
@@ -770,10 +841,10 @@ def multinomial_ep(
 
     Every sweep solves the coupled posterior for all sites, forms each
     point's cavity (one copy of its site removed: power EP, so a weight
-    ``w >= 1`` is the point repeated ``w`` times; below one the whole site,
-    so that the site is the one the point would get from the other points,
-    scaled by its weight), runs one inner sweep from the
-    point's current inner factors and takes a damped step towards them
+    ``w >= 1`` is the point repeated ``w`` times; below one the site is that
+    of the tempered likelihood, see :func:`_site_copies`), runs one inner
+    sweep from the point's current inner factors and takes a damped step
+    towards them
     (halved when the residual stops making progress), or, near the fixed
     point, an Anderson-mixed step of the last sweeps.
 
@@ -813,11 +884,8 @@ def multinomial_ep(
     labels = np.asarray(labels)
     n = len(labels)
     w = None if weights is None else np.asarray(weights, dtype=float)
-    column = 1.0 if w is None else w[:, None]
-    # Copies of a site its cavity removes: one (power EP: a weight w >= 1 is
-    # the row repeated), or the whole site below one, where removing a full
-    # copy would leave an improper cavity.
-    removed = 1.0 if w is None else np.minimum(w, 1.0)
+    copies, exponent = _site_copies(w)
+    column = copies if w is None else copies[:, None]
     if start:
         tau, nu = start[0]
         sites = InnerSites(np.maximum(np.array(tau, dtype=float), 0.0), np.array(nu))
@@ -838,9 +906,15 @@ def multinomial_ep(
         pi_w, nu_w = pi * column, nu_f * column
         posterior = prior.solve(pi_w, nu_w)
         mean, cov = posterior.mean, posterior.cov
-        cavity_mean, cavity_cov = cavities(mean, cov, pi, nu_f, removed)
+        cavity_mean, cavity_cov = cavities(mean, cov, pi, nu_f)
         proposal, _, _ = inner_ep(
-            cavity_mean, cavity_cov, labels, sites, _INNER_SWEEPS, normalisers=False
+            cavity_mean,
+            cavity_cov,
+            labels,
+            sites,
+            _INNER_SWEEPS,
+            normalisers=False,
+            exponent=exponent,
         )
         scale = _factor_scales(cavity_cov, labels, others)
         x = np.concatenate([sites.beta.ravel(), sites.nu.ravel()])
@@ -895,8 +969,10 @@ def multinomial_ep(
             x_next[half:].reshape(n, n_classes - 1),
         )
     # The last sweep's cavities are those of the returned sites.
-    _, log_site_norm, _ = inner_ep(cavity_mean, cavity_cov, labels, sites, 0)
-    log_evidence = _evidence(posterior, nu_w, log_scale, log_site_norm, w)
+    _, log_site_norm, _ = inner_ep(
+        cavity_mean, cavity_cov, labels, sites, 0, exponent=exponent
+    )
+    log_evidence = _evidence(posterior, nu_w, log_scale, log_site_norm, copies)
     return MultinomialSolution(
         tau=sites.beta,
         nu=sites.nu,

@@ -518,9 +518,9 @@ class TAPGaussianProcessClassifier(
             For light samples (weight below ``AUTO_TEMPERED_BELOW``, 0.7,
             or below one with the step likelihood) the binary problems
             temper the likelihood instead (plain EP on its power); below one
-            the multinomial model's cavity removes the whole site (the site
-            the other samples give it, scaled by its weight).  Multiplied by
-            the ``class_weight`` of each sample's class.
+            the multinomial model tempers each probit factor of the sample's
+            nested likelihood, its cavity removing the whole site.
+            Multiplied by the ``class_weight`` of each sample's class.
 
         Returns
         -------
