@@ -9,6 +9,12 @@ weights cost, on two data sets standardised on their training part:
 * ``imbalanced``: ``make_classification(n_samples=1600, n_features=6,
   n_informative=4, weights=[0.85], flip_y=0.02, random_state=0)``, 600 rows
   to train and 1000 held out.
+* ``imbalanced-3``, fitted with ``multi_class="multinomial"``:
+  ``make_classification(n_samples=1600, n_features=5, n_informative=4,
+  n_redundant=0, n_classes=3, weights=[0.7, 0.2, 0.1],
+  n_clusters_per_class=1, random_state=0)``, split as ``imbalanced``.  Its
+  weights below one temper each probit factor of the nested likelihood, by
+  the same quadrature.
 
 Each is fitted unweighted, with ``class_weight="balanced"`` (the majority
 class's rows get weights below one) and with ``sample_weight`` drawn
@@ -66,6 +72,17 @@ def data_sets(quick):
         random_state=0,
     )
     sets["imbalanced"] = (X[:n_train], y[:n_train], X[n_train:], y[n_train:])
+    X, y = make_classification(
+        n_samples=n_train + 1000,
+        n_features=5,
+        n_informative=4,
+        n_redundant=0,
+        n_classes=3,
+        weights=[0.7, 0.2, 0.1],
+        n_clusters_per_class=1,
+        random_state=0,
+    )
+    sets["imbalanced-3"] = (X[:n_train], y[:n_train], X[n_train:], y[n_train:])
     for name, (X_train, y_train, X_test, y_test) in sets.items():
         scaler = StandardScaler().fit(X_train)
         sets[name] = (
@@ -75,6 +92,10 @@ def data_sets(quick):
             y_test,
         )
     return sets
+
+
+# The estimator's parameters for a set, beyond the defaults.
+MODEL_PARAMS = {"imbalanced-3": {"multi_class": "multinomial"}}
 
 
 def weightings(y):
@@ -136,6 +157,7 @@ def main():
         for name, (X, y, X_test, y_test) in data_sets(args.quick).items():
             plain_sweep = plain_fit = kernel = None
             for label, params, weights in weightings(y):
+                params = {**MODEL_PARAMS.get(name, {}), **params}
                 fit, loss, error, loo, learned = learned_fit(
                     X, y, X_test, y_test, params, weights
                 )
