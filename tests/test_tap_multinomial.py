@@ -295,16 +295,19 @@ def _params(**extra):
     return {**params, **extra}
 
 
-@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("weighted", [None, "integer", "fractional"])
 def test_leave_one_out_matches_brute_force_refits(weighted):
     # The cavity is the posterior without the point with the other sites
     # held; a refit lets them move a little (a log-concave likelihood), as
-    # for the binary problems.
+    # for the binary problems.  A fractional weight below one leaves out one
+    # tempered site.
     X, y = _classes(30, 3, 2)
     w = np.ones(len(y))
-    if weighted:
+    if weighted == "integer":
         w = np.random.RandomState(7).randint(0, 4, len(y)).astype(float)
         assert np.any(w == 0)
+    elif weighted == "fractional":
+        w = np.random.RandomState(7).uniform(0.1, 1.0, len(y))
     model = TAPGaussianProcessClassifier(**_params()).fit(X, y, sample_weight=w)
     brute = np.empty((len(y), 3))
     for i in range(len(y)):
