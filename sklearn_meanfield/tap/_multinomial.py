@@ -421,10 +421,8 @@ def _factor_update(cavity_mean, cavity_var, exponent=None):
     Returns the factor's precision and precision-mean and ``log E[Phi**e]``.
     """
     beta, nu, log_z = _probit_update(cavity_mean, cavity_var)
-    if exponent is None:
-        return beta, nu, log_z
-    low = exponent < 1.0
-    if not np.any(low):
+    low = None if exponent is None else exponent < 1.0
+    if low is None or not np.any(low):
         return beta, nu, log_z
     m, v = cavity_mean[low], cavity_var[low]
     powered = QuadraturePowered(_UNIT_PROBIT, exponent[low])
@@ -844,9 +842,8 @@ def multinomial_ep(
     ``w >= 1`` is the point repeated ``w`` times; below one the site is that
     of the tempered likelihood, see :func:`_site_copies`), runs one inner
     sweep from the point's current inner factors and takes a damped step
-    towards them
-    (halved when the residual stops making progress), or, near the fixed
-    point, an Anderson-mixed step of the last sweeps.
+    towards them (halved when the residual stops making progress), or, near
+    the fixed point, an Anderson-mixed step of the last sweeps.
 
     Parameters
     ----------
