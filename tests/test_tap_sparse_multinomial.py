@@ -18,7 +18,10 @@ from sklearn.gaussian_process.kernels import RBF, Matern
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.utils.estimator_checks import parametrize_with_checks
 from test_tap_multinomial import _classes, _dense_posterior, _params
-from test_tap_sparse_gpc import _central_differences, _kernel_then_start_only
+from test_tap_sparse_gpc import (
+    _central_differences,
+    _check_the_learned_fit_is_the_fixed_one,
+)
 
 from sklearn_meanfield import TAPGaussianProcessClassifier
 from sklearn_meanfield.tap import _multinomial as mn
@@ -132,6 +135,15 @@ def _nested_ep_on_fitc(kernel, X, Z, labels, weights):
     )  # fmt: skip
 
 
+def _gradient_problem():
+    """25 rows of 3 classes, 5 inducing inputs off the rows, and weights on
+    both sides of one (copies of a site above one, the tempered likelihood
+    below one)."""
+    X, labels = _classes(25, 3, 3)
+    weights = np.random.RandomState(0).uniform(0.3, 2.5, size=25)
+    return X, labels, X[::5] + 0.2, weights
+
+
 @pytest.mark.parametrize(
     "kernel",
     [
@@ -146,10 +158,7 @@ def test_evidence_gradient_matches_finite_differences(kernel):
     # in theta is the Gaussian part's, through K_mm, K_nm and the FITC
     # diagonal.  Central differences of step h err by O(h^2) and by EP's
     # tolerance over h.
-    X, labels = _classes(25, 3, 3)
-    Z = X[::5] + 0.2
-    # Copies of a site above one, the tempered likelihood below one.
-    weights = np.random.RandomState(0).uniform(0.3, 2.5, size=25)
+    X, labels, Z, weights = _gradient_problem()
 
     def log_evidence(theta):
         at = kernel.clone_with_theta(theta)
@@ -173,10 +182,7 @@ def test_evidence_gradient_matches_finite_differences(kernel):
 def test_evidence_gradient_in_the_inducing_inputs_matches_finite_differences(kernel):
     # The inducing inputs enter K_mm and K_nm only; the same adjoints give
     # their gradient.  Central differences as for theta.
-    X, labels = _classes(25, 3, 3)
-    Z = X[::5] + 0.2
-    # Copies of a site above one, the tempered likelihood below one.
-    weights = np.random.RandomState(0).uniform(0.3, 2.5, size=25)
+    X, labels, Z, weights = _gradient_problem()
 
     def log_evidence(z):
         at = z.reshape(Z.shape)
@@ -405,24 +411,8 @@ def test_learned_inducing_inputs_fall_back_to_the_fixed_fit_exactly():
     # inputs kept at their start, bit for bit; the joint search starts at
     # the kernel's optimum and the k-means inputs.
     X, y = _regions(150, 0)
-    evaluated = []
     params = dict(multi_class="multinomial", n_inducing=6, random_state=0)
-    learned = TAPGaussianProcessClassifier(
-        optimizer=_kernel_then_start_only(evaluated),
-        optimize_inducing_points=True,
-        **params,
-    ).fit(X, y)
-    fixed = TAPGaussianProcessClassifier(
-        optimizer=_kernel_then_start_only([]), **params
-    ).fit(X, y)
-    assert len(evaluated) == 1
-    np.testing.assert_allclose(
-        evaluated[0][:2], fixed.kernel_.theta, rtol=1e-14, atol=1e-14
-    )
-    np.testing.assert_array_equal(evaluated[0][2:], fixed.inducing_points_.ravel())
-    np.testing.assert_array_equal(learned.inducing_points_, fixed.inducing_points_)
-    np.testing.assert_array_equal(learned.predict_proba(X), fixed.predict_proba(X))
-    np.testing.assert_array_equal(learned.loo_proba_, fixed.loo_proba_)
+    _check_the_learned_fit_is_the_fixed_one(X, y, params)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
